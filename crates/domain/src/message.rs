@@ -88,7 +88,12 @@ mod tests {
     use proptest::prelude::*;
 
     fn sample() -> OrderPlaced {
-        OrderPlaced::new(OrderToken::new(ProductId(5), 1), UserId(9), 1, 1_700_000_000_000)
+        OrderPlaced::new(
+            OrderToken::new(ProductId(5), 1),
+            UserId(9),
+            1,
+            1_700_000_000_000,
+        )
     }
 
     #[test]

@@ -9,8 +9,8 @@ pub enum PreDeductOutcome {
     Duplicate,
     /// The buyer would hold more than the per-user limit.
     LimitExceeded,
-    /// Not enough stock left.
-    SoldOut,
+    /// Not enough stock left; `stock_left` may still serve a smaller quantity.
+    SoldOut { stock_left: i64 },
     /// The product's meta is missing: Redis was never loaded or lost its data.
     NotLoaded,
     /// Outside the product's sale window.
@@ -25,7 +25,9 @@ impl PreDeductOutcome {
             1 => Self::Reserved { stock_after },
             -1 => Self::Duplicate,
             -2 => Self::LimitExceeded,
-            -3 => Self::SoldOut,
+            -3 => Self::SoldOut {
+                stock_left: stock_after,
+            },
             -4 => Self::NotLoaded,
             -5 => Self::SaleNotOpen,
             -6 => Self::QuantityAboveLimit,
@@ -46,7 +48,7 @@ mod tests {
         );
         assert_eq!(
             PreDeductOutcome::from_script(-3, 0),
-            Some(PreDeductOutcome::SoldOut)
+            Some(PreDeductOutcome::SoldOut { stock_left: 0 })
         );
         assert_eq!(PreDeductOutcome::from_script(0, 0), None);
     }

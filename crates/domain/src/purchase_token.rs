@@ -161,8 +161,8 @@ impl TokenSigner {
     }
 
     fn mac(&self, key_id: &str, data: &[u8]) -> Vec<u8> {
-        let mut mac = HmacSha256::new_from_slice(&self.keys[key_id])
-            .expect("HMAC takes keys of any length");
+        let mut mac =
+            HmacSha256::new_from_slice(&self.keys[key_id]).expect("HMAC takes keys of any length");
         mac.update(data);
         mac.finalize().into_bytes().to_vec()
     }

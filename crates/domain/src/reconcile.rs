@@ -112,7 +112,10 @@ mod tests {
             has_order: true,
             has_stock_flow: true,
         };
-        assert_eq!(classify(facts, 0, GRACE), Some(DiscrepancyKind::OrphanOrder));
+        assert_eq!(
+            classify(facts, 0, GRACE),
+            Some(DiscrepancyKind::OrphanOrder)
+        );
     }
 
     #[test]

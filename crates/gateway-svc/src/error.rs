@@ -1,0 +1,132 @@
+//! The API's errors: each variant is one row of the error table in API.md.
+//!
+//! Policy: a handler returns `ApiError`; the body is always
+//! `{"error": {"code", "message"}}`. Dependency failures become `Unavailable` (503) and
+//! their whole cause chain is logged here, once — never sent to the client.
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpResponse, ResponseError};
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("{0}")]
+    Unauthenticated(&'static str),
+    #[error("the purchase token is {0}")]
+    InvalidToken(&'static str),
+    #[error("the sale is not open")]
+    SaleNotOpen,
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    #[error("this token was already used")]
+    Duplicate,
+    #[error("you already hold the per-user limit for this product")]
+    LimitExceeded,
+    #[error("sold out")]
+    SoldOut,
+    #[error("the product has orders; send \"force\": true to restock it")]
+    OrdersExist,
+    #[error("too many requests")]
+    RateLimited { retry_after_secs: u64 },
+    #[error("{message}")]
+    Unavailable {
+        message: &'static str,
+        #[source]
+        cause: Option<anyhow::Error>,
+    },
+}
+
+impl ApiError {
+    pub fn unavailable(message: &'static str, cause: impl Into<anyhow::Error>) -> Self {
+        Self::Unavailable {
+            message,
+            cause: Some(cause.into()),
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::BadRequest(_) => "BAD_REQUEST",
+            Self::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
+            Self::Unauthenticated(_) => "UNAUTHENTICATED",
+            Self::InvalidToken(_) => "INVALID_TOKEN",
+            Self::SaleNotOpen => "SALE_NOT_OPEN",
+            Self::NotFound(_) => "NOT_FOUND",
+            Self::Duplicate => "DUPLICATE",
+            Self::LimitExceeded => "LIMIT_EXCEEDED",
+            Self::SoldOut => "SOLD_OUT",
+            Self::OrdersExist => "ORDERS_EXIST",
+            Self::RateLimited { .. } => "RATE_LIMITED",
+            Self::Unavailable { .. } => "UNAVAILABLE",
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            Self::InvalidToken(_) | Self::SaleNotOpen => StatusCode::FORBIDDEN,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Duplicate | Self::LimitExceeded | Self::SoldOut | Self::OrdersExist => {
+                StatusCode::CONFLICT
+            }
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        if let Self::Unavailable {
+            cause: Some(cause), ..
+        } = self
+        {
+            tracing::warn!(error = ?cause, code = self.code(), "{self}");
+        }
+        let mut response = HttpResponse::build(self.status_code());
+        if let Self::RateLimited { retry_after_secs } = self {
+            response.insert_header((
+                header::RETRY_AFTER,
+                HeaderValue::from(retry_after_secs.max(&1).to_owned()),
+            ));
+        }
+        response.json(json!({"error": {"code": self.code(), "message": self.to_string()}}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::body::to_bytes;
+
+    #[actix_web::test]
+    async fn errors_render_as_the_contract_says() {
+        let response = ApiError::RateLimited {
+            retry_after_secs: 2,
+        }
+        .error_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers().get(header::RETRY_AFTER).unwrap(), "2");
+        let body = to_bytes(response.into_body()).await.unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["error"]["code"], "RATE_LIMITED");
+    }
+
+    #[test]
+    fn every_conflict_is_a_409() {
+        for error in [
+            ApiError::Duplicate,
+            ApiError::LimitExceeded,
+            ApiError::SoldOut,
+        ] {
+            assert_eq!(error.status_code(), StatusCode::CONFLICT);
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Builds the gateway from its settings and runs it until told to stop.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::Server;
+use actix_web::{App, HttpServer, web};
+use anyhow::Context;
+use domain::TokenSigner;
+use order_queue::{MqRuntime, OrderPublisher};
+use order_store::Db;
+use platform::Settings;
+use platform::ops::{self, OpsState};
+use platform::shutdown::Shutdown;
+use secrecy::ExposeSecret;
+use stock_cache::StockCache;
+
+use crate::identity::IdentityConfig;
+use crate::purchase::{ConfirmInRedis, PurchaseDesk};
+use crate::rate_limit::RateLimits;
+use crate::routes::{self, AppState};
+use crate::sold_out::SoldOutFlags;
+
+/// A built gateway: bound, connected, not yet serving.
+pub struct Application {
+    port: u16,
+    server: Server,
+    state: web::Data<AppState>,
+    publisher: Arc<OrderPublisher>,
+    mq_runtime: MqRuntime,
+    /// Runs confirm.lua for the broker's callbacks, which arrive on the client's threads.
+    confirm_runtime: tokio::runtime::Runtime,
+    grace: Duration,
+}
+
+fn token_signer(settings: &Settings) -> anyhow::Result<TokenSigner> {
+    let keys = settings
+        .tokens
+        .keys
+        .iter()
+        .map(|(id, key)| (id.clone(), key.expose_secret().as_bytes().to_vec()))
+        .collect();
+    TokenSigner::new(settings.tokens.current_key_id.clone(), keys)
+        .context("the purchase-token keys are invalid")
+}
+
+impl Application {
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let signer = token_signer(&settings)?;
+        let redis = &settings.redis;
+        let redis_timeout = Duration::from_millis(redis.timeout_ms);
+        let cache = StockCache::new(
+            &redis.url,
+            redis.pool_size,
+            &redis.key_prefix,
+            redis_timeout,
+        )
+        .context("cannot set up Redis")?;
+        let mysql_url = settings.mysql.url.expose_secret();
+        order_store::migrate(mysql_url)
+            .await
+            .context("cannot migrate MySQL")?;
+        let db = Db::connect(mysql_url, settings.mysql.pool_size).context("cannot set up MySQL")?;
+
+        let confirm_runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("confirm")
+            .enable_all()
+            .build()
+            .context("cannot start the confirm runtime")?;
+        // Its own pool: connections live on the runtime that drives them.
+        let confirm_cache = StockCache::new(&redis.url, 16, &redis.key_prefix, redis_timeout)?;
+        let confirm = Arc::new(ConfirmInRedis {
+            cache: confirm_cache,
+            runtime: confirm_runtime.handle().clone(),
+        });
+        // The local transaction runs on the client's blocking pool, which rejects rather
+        // than queues when full: size it for the number of concurrent sends.
+        let mq_runtime = MqRuntime::new("gateway", 64).context("cannot start the MQ client")?;
+        order_queue::ensure_topic(&mq_runtime, &settings.rocketmq)
+            .await
+            .context("cannot create the order topic")?;
+        let publisher = Arc::new(
+            OrderPublisher::start(&mq_runtime, &settings.rocketmq, confirm)
+                .await
+                .context("cannot start the transactional producer")?,
+        );
+
+        let sold_out = Arc::new(SoldOutFlags::default());
+        let state = web::Data::new(AppState {
+            desk: PurchaseDesk::new(cache.clone(), publisher.clone(), sold_out.clone()),
+            cache,
+            db,
+            signer,
+            limits: RateLimits::new(&settings.rate_limit),
+            sold_out,
+            token_ttl: Duration::from_secs(settings.tokens.ttl_secs),
+        });
+        let identity = web::Data::new(IdentityConfig::new(
+            settings.auth.mode,
+            &settings.auth.jwt_secret,
+            settings.admin.token.clone(),
+        ));
+        let ops_state = OpsState {
+            ready: readiness(&state),
+            metrics: ops::metrics_handle(),
+        };
+
+        let listener = TcpListener::bind(&settings.gateway.listen)
+            .with_context(|| format!("cannot bind {}", settings.gateway.listen))?;
+        let port = listener.local_addr()?.port();
+        let max_body = settings.gateway.max_body_bytes;
+        let grace = Duration::from_secs(settings.gateway.shutdown_grace_secs);
+        let app_state = state.clone();
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(app_state.clone())
+                .app_data(identity.clone())
+                .configure(|cfg| ops::configure(cfg, ops_state.clone()))
+                .configure(|cfg| routes::configure(cfg, max_body))
+                .default_service(web::to(routes::not_found))
+        })
+        .backlog(4096)
+        .max_connection_rate(4096)
+        .shutdown_timeout(grace.as_secs())
+        .disable_signals()
+        .listen(listener)?
+        .run();
+
+        Ok(Self {
+            port,
+            server,
+            state,
+            publisher,
+            mq_runtime,
+            confirm_runtime,
+            grace,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Serves until `shutdown` fires, then stops taking requests, lets in-flight ones
+    /// finish (up to the grace period) and closes the producer.
+    pub async fn run_until_stopped(self, shutdown: Shutdown) -> anyhow::Result<()> {
+        let watchers = tokio::spawn(watch_sold_out_and_limits(
+            self.state.clone(),
+            shutdown.clone(),
+        ));
+        let handle = self.server.handle();
+        let server = tokio::spawn(self.server);
+        shutdown.cancelled().await;
+        tracing::info!("Stopping: no new requests; finishing in-flight ones.");
+        let stopped = tokio::time::timeout(self.grace, handle.stop(true)).await;
+        if stopped.is_err() {
+            tracing::warn!("In-flight requests did not finish within the grace period.");
+        }
+        let _ = server.await;
+        watchers.abort();
+        self.publisher.shutdown().await;
+        self.mq_runtime.shutdown().await;
+        self.confirm_runtime.shutdown_background();
+        tracing::info!("Gateway stopped.");
+        Ok(())
+    }
+}
+
+fn readiness(state: &web::Data<AppState>) -> ops::ReadinessCheck {
+    let state = state.clone();
+    ops::readiness(move || {
+        let state = state.clone();
+        async move {
+            state
+                .cache
+                .ping()
+                .await
+                .map_err(|e| format!("Redis: {e}"))?;
+            state.db.ping().await.map_err(|e| format!("MySQL: {e}"))?;
+            Ok(())
+        }
+    })
+}
+
+/// Once a second: clear sold-out flags whose product's epoch moved. Every 30 s: forget
+/// idle buyers' rate-limit buckets.
+async fn watch_sold_out_and_limits(state: web::Data<AppState>, shutdown: Shutdown) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut ticks: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.cancelled() => return,
+        }
+        ticks += 1;
+        if ticks.is_multiple_of(30) {
+            state.limits.forget_idle_buyers();
+        }
+        let flagged: Vec<_> = state
+            .sold_out
+            .flagged()
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        if flagged.is_empty() {
+            continue;
+        }
+        match state.cache.epochs(&flagged).await {
+            Ok(epochs) => {
+                for (product, epoch) in flagged.into_iter().zip(epochs) {
+                    state.sold_out.observe(product, epoch);
+                }
+            }
+            Err(error) => tracing::debug!(error = ?error, "Cannot read epochs; flags stay."),
+        }
+    }
+}

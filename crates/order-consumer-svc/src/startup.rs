@@ -1,0 +1,122 @@
+//! Builds the consumer from its settings and runs it until told to stop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::{Server, ServerHandle};
+use anyhow::Context;
+use order_queue::{ConsumerTuning, MqRuntime, OrderSubscriber};
+use order_store::Db;
+use platform::Settings;
+use platform::ops::{self, OpsState};
+use platform::shutdown::Shutdown;
+use secrecy::ExposeSecret;
+use stock_cache::StockCache;
+
+use crate::writer::OrderWriter;
+
+pub struct Application {
+    port: u16,
+    ops_server: Server,
+    ops_handle: ServerHandle,
+    subscriber: OrderSubscriber,
+    mq_runtime: MqRuntime,
+    /// Runs the batch writes; the client's listener threads block on it.
+    writer_runtime: tokio::runtime::Runtime,
+}
+
+fn connect(settings: &Settings, pool_size: usize) -> anyhow::Result<(Db, StockCache)> {
+    let redis = &settings.redis;
+    let cache = StockCache::new(
+        &redis.url,
+        pool_size,
+        &redis.key_prefix,
+        Duration::from_millis(redis.timeout_ms),
+    )
+    .context("cannot set up Redis")?;
+    let db = Db::connect(settings.mysql.url.expose_secret(), pool_size)
+        .context("cannot set up MySQL")?;
+    Ok((db, cache))
+}
+
+impl Application {
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        order_store::migrate(settings.mysql.url.expose_secret())
+            .await
+            .context("cannot migrate MySQL")?;
+        let consumer = &settings.consumer;
+        let writer_runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("order-writer")
+            .enable_all()
+            .build()
+            .context("cannot start the writer runtime")?;
+        let (db, cache) = connect(&settings, consumer.concurrency as usize + 2)?;
+        let writer = Arc::new(OrderWriter {
+            db,
+            cache,
+            runtime: writer_runtime.handle().clone(),
+        });
+
+        let mq_runtime =
+            MqRuntime::new("order-consumer", 16).context("cannot start the MQ client")?;
+        order_queue::ensure_topic(&mq_runtime, &settings.rocketmq)
+            .await
+            .context("cannot create the order topic")?;
+        let tuning = ConsumerTuning {
+            batch_size: consumer.batch_size,
+            pull_batch_size: consumer.batch_size.max(32) * 2,
+            consume_threads: consumer.concurrency,
+            max_reconsume_times: consumer.max_reconsume_times,
+        };
+        let subscriber = OrderSubscriber::start(&mq_runtime, &settings.rocketmq, tuning, writer)
+            .await
+            .context("cannot start the order consumer")?;
+
+        let (probe_db, probe_cache) = connect(&settings, 2)?;
+        let ready = ops::readiness(move || {
+            let (db, cache) = (probe_db.clone(), probe_cache.clone());
+            async move {
+                cache.ping().await.map_err(|e| format!("Redis: {e}"))?;
+                db.ping().await.map_err(|e| format!("MySQL: {e}"))
+            }
+        });
+        let (port, ops_server, ops_handle) = ops::serve(
+            &consumer.listen,
+            OpsState {
+                ready,
+                metrics: ops::metrics_handle(),
+            },
+            |_| {},
+        )
+        .with_context(|| format!("cannot bind {}", consumer.listen))?;
+
+        Ok(Self {
+            port,
+            ops_server,
+            ops_handle,
+            subscriber,
+            mq_runtime,
+            writer_runtime,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Consumes until `shutdown` fires; then stops pulling, lets the batches in hand finish
+    /// (a batch cut short is redelivered, never lost) and closes the client.
+    pub async fn run_until_stopped(self, shutdown: Shutdown) -> anyhow::Result<()> {
+        let ops = tokio::spawn(self.ops_server);
+        shutdown.cancelled().await;
+        tracing::info!("Stopping: finishing the batches in hand.");
+        self.subscriber.shutdown().await;
+        self.mq_runtime.shutdown().await;
+        self.ops_handle.stop(true).await;
+        let _ = ops.await;
+        self.writer_runtime.shutdown_background();
+        tracing::info!("Order consumer stopped.");
+        Ok(())
+    }
+}

@@ -1,0 +1,149 @@
+//! The order message on the wire: topic and tag from the settings, key = order token (so the
+//! broker's check-back and `queryMsgByKey` find it), body = `OrderPlaced` JSON, and the W3C
+//! `traceparent` as a user property so one trace spans gateway → consumer.
+
+use domain::{OrderPlaced, OrderToken};
+use rocketmq_model::common::message::message_ext::MessageExt;
+use rocketmq_model::common::message::message_single::Message;
+use rocketmq_model::common::message::{MessageConst, MessageTrait};
+
+use crate::{MqError, Result};
+
+/// The user property that carries the W3C trace context.
+pub const TRACEPARENT_PROPERTY: &str = "traceparent";
+
+/// Builds the message for `order`.
+pub(crate) fn order_message(
+    topic: &str,
+    tag: &str,
+    order: &OrderPlaced,
+    traceparent: Option<&str>,
+) -> Result<Message> {
+    let mut builder = Message::builder()
+        .topic(topic)
+        .tags(tag)
+        .key(order.order_token.to_string())
+        .body(order.encode());
+    if let Some(traceparent) = traceparent {
+        builder = builder
+            .raw_property(TRACEPARENT_PROPERTY, traceparent)
+            .map_err(|error| MqError::InvalidMessage(error.to_string()))?;
+    }
+    builder
+        .build()
+        .map_err(|error| MqError::InvalidMessage(error.to_string()))
+}
+
+/// The order token among a message's keys (space-separated), if one parses.
+pub(crate) fn order_token_of(message: &dyn MessageTrait) -> Option<OrderToken> {
+    let keys = message.get_keys()?;
+    keys.as_str()
+        .split(MessageConst::KEY_SEPARATOR)
+        .find_map(|key| key.parse().ok())
+}
+
+/// One received message, copied out of the client's types so handlers depend on nothing but
+/// this crate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// The producer-assigned unique id (`UNIQ_KEY`), which stays the same on redelivery;
+    /// the broker's offset id when there is none.
+    pub msg_id: String,
+    /// The message key: the order token, unparsed (the handler decides what a bad one means).
+    pub key: Option<String>,
+    /// The body, to be decoded with `OrderPlaced::decode`.
+    pub body: Vec<u8>,
+    /// 0 on first delivery, then 1, 2, … on each redelivery after `RetryLater`.
+    pub reconsume_times: i32,
+    /// The W3C trace context the producer attached, if any.
+    pub traceparent: Option<String>,
+}
+
+impl Delivery {
+    pub(crate) fn from_ext(message: &MessageExt) -> Self {
+        let property = |name: &str| message.property(&name.into());
+        Self {
+            msg_id: property(MessageConst::PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+                .filter(|id| !id.is_empty())
+                .unwrap_or_else(|| message.msg_id().clone())
+                .to_string(),
+            key: message.get_keys().map(|keys| keys.to_string()),
+            body: message.body().map(|body| body.to_vec()).unwrap_or_default(),
+            reconsume_times: message.reconsume_times(),
+            traceparent: property(TRACEPARENT_PROPERTY).map(|value| value.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::{ProductId, UserId};
+
+    fn order() -> OrderPlaced {
+        OrderPlaced::new(
+            OrderToken::new(ProductId(3), 0xfeed),
+            UserId(9),
+            2,
+            1_700_000_000_000,
+        )
+    }
+
+    const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn an_order_message_carries_topic_tag_key_body_and_traceparent() {
+        let message = order_message("t", "order", &order(), Some(TRACEPARENT)).unwrap();
+        assert_eq!(message.topic().as_str(), "t");
+        assert_eq!(message.tags(), Some("order"));
+        assert_eq!(
+            message.get_keys().unwrap().as_str(),
+            "3-0000000000000000000000000000feed"
+        );
+        assert_eq!(OrderPlaced::decode(message.body_slice()).unwrap(), order());
+        assert_eq!(message.property(TRACEPARENT_PROPERTY), Some(TRACEPARENT));
+        assert_eq!(order_token_of(&message), Some(order().order_token));
+    }
+
+    #[test]
+    fn a_message_without_traceparent_has_no_such_property() {
+        let message = order_message("t", "order", &order(), None).unwrap();
+        assert_eq!(message.property(TRACEPARENT_PROPERTY), None);
+    }
+
+    #[test]
+    fn a_key_that_is_not_an_order_token_yields_none() {
+        let message = Message::builder()
+            .topic("t")
+            .key("not-a-token")
+            .body(b"{}".to_vec())
+            .build()
+            .unwrap();
+        assert_eq!(order_token_of(&message), None);
+        let keyless = Message::builder().topic("t").build().unwrap();
+        assert_eq!(order_token_of(&keyless), None);
+    }
+
+    #[test]
+    fn a_delivery_copies_key_body_traceparent_and_unique_id() {
+        let sent = order_message("t", "order", &order(), Some(TRACEPARENT)).unwrap();
+        let mut received = MessageExt {
+            message: sent,
+            ..MessageExt::default()
+        };
+        received.put_property(
+            MessageConst::PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.into(),
+            "UNIQ1".into(),
+        );
+        received.set_reconsume_times(2);
+        let delivery = Delivery::from_ext(&received);
+        assert_eq!(delivery.msg_id, "UNIQ1");
+        assert_eq!(
+            delivery.key.as_deref(),
+            Some("3-0000000000000000000000000000feed")
+        );
+        assert_eq!(OrderPlaced::decode(&delivery.body).unwrap(), order());
+        assert_eq!(delivery.reconsume_times, 2);
+        assert_eq!(delivery.traceparent.as_deref(), Some(TRACEPARENT));
+    }
+}

@@ -1,0 +1,394 @@
+//! Sending orders: transactionally from the gateway, plainly from reconcile.
+//!
+//! A transactional send stores a half message, then runs [`LocalTransaction::execute`] on the
+//! client's blocking pool and tells the broker the outcome with a one-way END_TRANSACTION.
+//! That one-way call may be lost, and the local transaction may be `Unknown`; either way the
+//! broker later asks a live member of the producer group ([`LocalTransaction::check`]) —
+//! every `transactionCheckInterval` once the half message is older than
+//! `transactionTimeout` — until it gets an answer, or gives up after `transactionCheckMax`
+//! (15) checks and discards the half message (reconcile then finds the flow without an
+//! order). The check-back is what makes the outcome reliable, so it must give the same answer
+//! `execute` would have (both run confirm.lua in the gateway).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use domain::{OrderPlaced, OrderToken};
+use rocketmq_client_rust::{
+    DefaultMQProducer, LocalTransactionState, SendStatus, TransactionListener,
+    TransactionMQProducer,
+};
+use rocketmq_model::common::message::MessageTrait;
+use rocketmq_model::common::message::message_ext::MessageExt;
+use tokio::sync::RwLock;
+use tracing::{debug, error, info};
+
+use crate::message::{order_message, order_token_of};
+use crate::{MqError, MqRuntime, MqSettings, Result};
+
+/// The outcome of a local transaction, as told to the broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxDecision {
+    /// Make the message visible to consumers.
+    Commit,
+    /// Discard the half message.
+    Rollback,
+    /// Undecided: the broker will ask [`LocalTransaction::check`] later.
+    Unknown,
+}
+
+impl From<TxDecision> for LocalTransactionState {
+    fn from(decision: TxDecision) -> Self {
+        match decision {
+            TxDecision::Commit => Self::CommitMessage,
+            TxDecision::Rollback => Self::RollbackMessage,
+            TxDecision::Unknown => Self::Unknown,
+        }
+    }
+}
+
+impl From<LocalTransactionState> for TxDecision {
+    fn from(state: LocalTransactionState) -> Self {
+        match state {
+            LocalTransactionState::CommitMessage => Self::Commit,
+            LocalTransactionState::RollbackMessage => Self::Rollback,
+            LocalTransactionState::Unknown => Self::Unknown,
+        }
+    }
+}
+
+/// The local side of a transactional send. Both methods are called synchronously on the
+/// client's blocking pool (see the crate docs): keep them short, block on async work with
+/// `Handle::block_on` if needed. A panic counts as `Unknown`.
+pub trait LocalTransaction: Send + Sync + 'static {
+    /// Runs right after the half message is stored, with the decoded order.
+    fn execute(&self, order: &OrderPlaced) -> TxDecision;
+    /// The broker's check-back for a half message still undecided after the broker's
+    /// transaction timeout; `order_token` comes from the message key. It may run on any
+    /// replica of the producer group, long after `execute`, or while `execute` still runs.
+    fn check(&self, order_token: &OrderToken) -> TxDecision;
+}
+
+/// Maps the client's listener calls onto a [`LocalTransaction`]. A message that is not one of
+/// ours (undecodable body, key that is no order token) can never be confirmed: `Rollback`.
+struct ListenerAdapter {
+    local: Arc<dyn LocalTransaction>,
+}
+
+impl TransactionListener for ListenerAdapter {
+    fn execute_local_transaction(
+        &self,
+        message: &dyn MessageTrait,
+        _arg: Option<&(dyn std::any::Any + Send + Sync)>,
+    ) -> LocalTransactionState {
+        let body = message.get_body().map_or(&[][..], |body| body.as_ref());
+        match OrderPlaced::decode(body) {
+            Ok(order) => self.local.execute(&order).into(),
+            Err(error) => {
+                error!(%error, topic = %message.topic(), "Half message body is not an order; rolling back.");
+                LocalTransactionState::RollbackMessage
+            }
+        }
+    }
+
+    fn check_local_transaction(&self, message: &MessageExt) -> LocalTransactionState {
+        match order_token_of(message) {
+            Some(order_token) => {
+                let decision = self.local.check(&order_token);
+                debug!(%order_token, ?decision, "Transaction check-back answered.");
+                decision.into()
+            }
+            None => {
+                error!(keys = ?message.get_keys(), msg_id = %message.msg_id(), "Check-back for a message whose key is no order token; rolling back.");
+                LocalTransactionState::RollbackMessage
+            }
+        }
+    }
+}
+
+/// The plain producer for re-publishing, started on first use: the gateway never needs it.
+enum PlainProducer {
+    NotStarted,
+    Running(DefaultMQProducer),
+    ShutDown,
+}
+
+/// Concurrent check-backs per producer (the client's default is 1). Each occupies a
+/// blocking-pool slot while it runs confirm.lua; several let a restarted gateway clear a
+/// backlog of undecided messages quickly.
+const CHECK_WORKERS: u32 = 8;
+
+/// Sends order messages. Cheap to clone and share; every method takes `&self`.
+#[derive(Clone)]
+pub struct OrderPublisher {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    topic: String,
+    tag: String,
+    name_server: String,
+    /// Group of the plain producer: a producer group can be registered once per client
+    /// instance, and check-backs must never be routed to a producer without the listener.
+    plain_group: String,
+    send_timeout_ms: u32,
+    client: Arc<rocketmq_client_rust::ClientRuntime>,
+    /// `None` once shut down. Sends hold the read lock, so shutdown waits for them.
+    transactional: RwLock<Option<TransactionMQProducer>>,
+    plain: RwLock<PlainProducer>,
+}
+
+impl std::fmt::Debug for OrderPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrderPublisher")
+            .field("topic", &self.inner.topic)
+            .field("tag", &self.inner.tag)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OrderPublisher {
+    /// Starts the transactional producer in `settings.producer_group`. From now on this
+    /// process answers the broker's check-backs for that group through `local`.
+    pub async fn start(
+        runtime: &MqRuntime,
+        settings: &MqSettings,
+        local: Arc<dyn LocalTransaction>,
+    ) -> Result<Self> {
+        let started = Instant::now();
+        let mut producer = TransactionMQProducer::builder(runtime.client())
+            .producer_group(settings.producer_group.as_str())
+            .name_server_addr(settings.name_server.as_str())
+            .topics(vec![settings.topic.as_str()])
+            .send_msg_timeout(settings.send_timeout_ms_u32())
+            .transaction_listener(ListenerAdapter { local })
+            .check_thread_pool_min_size(1)
+            .check_thread_pool_max_size(CHECK_WORKERS)
+            .build();
+        producer
+            .start()
+            .await
+            .map_err(MqError::client("transactional producer start"))?;
+        info!(
+            producer_group = %settings.producer_group,
+            elapsed_ms = started.elapsed().as_millis(),
+            "Transactional producer started."
+        );
+        Ok(Self {
+            inner: Arc::new(Inner {
+                topic: settings.topic.clone(),
+                tag: settings.tag.clone(),
+                name_server: settings.name_server.clone(),
+                plain_group: plain_group_of(&settings.producer_group),
+                send_timeout_ms: settings.send_timeout_ms_u32(),
+                client: runtime.client(),
+                transactional: RwLock::new(Some(producer)),
+                plain: RwLock::new(PlainProducer::NotStarted),
+            }),
+        })
+    }
+
+    /// Sends `order` as a transactional message and returns the local transaction's outcome
+    /// as the client reported it once the half message was stored (`Rollback` without calling
+    /// the local transaction when the broker stored it but reported a flush/replica timeout).
+    ///
+    /// `Err` means the half message is **not known to be stored** (timeout, broker down, no
+    /// route): the local transaction did not run, and the caller releases the unit. Should
+    /// the broker have stored it after all, its check-back finds the unit released and rolls
+    /// it back.
+    pub async fn send_in_transaction(
+        &self,
+        order: &OrderPlaced,
+        traceparent: Option<&str>,
+    ) -> Result<TxDecision> {
+        let message = order_message(&self.inner.topic, &self.inner.tag, order, traceparent)?;
+        let guard = self.inner.transactional.read().await;
+        let producer = guard.as_ref().ok_or(MqError::ShutDown)?;
+        let result = producer
+            .send_message_in_transaction::<(), _>(message, None)
+            .await
+            .map_err(MqError::Send)?;
+        let decision = result
+            .local_transaction_state
+            .map_or(TxDecision::Unknown, TxDecision::from);
+        debug!(
+            order_token = %order.order_token,
+            ?decision,
+            msg_id = ?result.send_result.as_ref().and_then(|r| r.msg_id.as_ref()),
+            "Transactional message sent."
+        );
+        Ok(decision)
+    }
+
+    /// Sends `order` as a plain, immediately visible message (reconcile's re-publish of a
+    /// confirmed order whose message never arrived; the consumer is idempotent, so a duplicate
+    /// is harmless). The plain producer starts on first use, in group
+    /// `<producer_group>-plain`.
+    pub async fn publish(&self, order: &OrderPlaced, traceparent: Option<&str>) -> Result<()> {
+        let message = order_message(&self.inner.topic, &self.inner.tag, order, traceparent)?;
+        self.ensure_plain_started().await?;
+        let guard = self.inner.plain.read().await;
+        let PlainProducer::Running(producer) = &*guard else {
+            return Err(MqError::ShutDown);
+        };
+        let result = producer.send(message).await.map_err(MqError::Send)?;
+        match result {
+            Some(result) if result.send_status == SendStatus::SendOk => {
+                debug!(order_token = %order.order_token, msg_id = ?result.msg_id, "Order re-published.");
+                Ok(())
+            }
+            Some(result) => Err(MqError::NotStored(format!("{:?}", result.send_status))),
+            None => Err(MqError::NotStored("no send result".into())),
+        }
+    }
+
+    async fn ensure_plain_started(&self) -> Result<()> {
+        if !matches!(*self.inner.plain.read().await, PlainProducer::NotStarted) {
+            return Ok(());
+        }
+        let mut guard = self.inner.plain.write().await;
+        if !matches!(*guard, PlainProducer::NotStarted) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let mut producer = DefaultMQProducer::builder(Arc::clone(&self.inner.client))
+            .producer_group(self.inner.plain_group.as_str())
+            .name_server_addr(self.inner.name_server.as_str())
+            .topics(vec![self.inner.topic.as_str().into()])
+            .send_msg_timeout(self.inner.send_timeout_ms)
+            .build();
+        producer
+            .start()
+            .await
+            .map_err(MqError::client("plain producer start"))?;
+        info!(
+            producer_group = %self.inner.plain_group,
+            elapsed_ms = started.elapsed().as_millis(),
+            "Plain producer started."
+        );
+        *guard = PlainProducer::Running(producer);
+        Ok(())
+    }
+
+    /// Waits for sends in flight, then stops both producers; later sends fail with
+    /// [`MqError::ShutDown`]. Stopping the transactional producer also stops answering
+    /// check-backs from this process — other replicas of the group (or this one, restarted)
+    /// answer them. Idempotent.
+    pub async fn shutdown(&self) {
+        if let Some(mut producer) = self.inner.transactional.write().await.take() {
+            producer.shutdown().await;
+            info!("Transactional producer shut down.");
+        }
+        let mut plain = self.inner.plain.write().await;
+        if let PlainProducer::Running(mut producer) =
+            std::mem::replace(&mut *plain, PlainProducer::ShutDown)
+        {
+            producer.shutdown().await;
+            info!("Plain producer shut down.");
+        }
+    }
+}
+
+fn plain_group_of(producer_group: &str) -> String {
+    format!("{producer_group}-plain")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use domain::{ProductId, UserId};
+    use rocketmq_model::common::message::message_single::Message;
+
+    use super::*;
+
+    /// Answers `Commit` and records what it was asked.
+    #[derive(Default)]
+    struct Recording {
+        executed: Mutex<Vec<OrderPlaced>>,
+        checked: Mutex<Vec<OrderToken>>,
+    }
+
+    impl LocalTransaction for Recording {
+        fn execute(&self, order: &OrderPlaced) -> TxDecision {
+            self.executed.lock().unwrap().push(order.clone());
+            TxDecision::Commit
+        }
+        fn check(&self, order_token: &OrderToken) -> TxDecision {
+            self.checked.lock().unwrap().push(order_token.clone());
+            TxDecision::Commit
+        }
+    }
+
+    fn adapter() -> (Arc<Recording>, ListenerAdapter) {
+        let recording = Arc::new(Recording::default());
+        let local: Arc<dyn LocalTransaction> = recording.clone();
+        (recording, ListenerAdapter { local })
+    }
+
+    fn order() -> OrderPlaced {
+        OrderPlaced::new(OrderToken::new(ProductId(4), 0xabc), UserId(1), 1, 1)
+    }
+
+    #[test]
+    fn decisions_map_both_ways_onto_the_client_states() {
+        for decision in [
+            TxDecision::Commit,
+            TxDecision::Rollback,
+            TxDecision::Unknown,
+        ] {
+            assert_eq!(
+                TxDecision::from(LocalTransactionState::from(decision)),
+                decision
+            );
+        }
+    }
+
+    #[test]
+    fn execute_gets_the_decoded_order() {
+        let (recording, adapter) = adapter();
+        let message = order_message("t", "order", &order(), None).unwrap();
+        let state = adapter.execute_local_transaction(&message, None);
+        assert_eq!(state, LocalTransactionState::CommitMessage);
+        assert_eq!(*recording.executed.lock().unwrap(), vec![order()]);
+    }
+
+    #[test]
+    fn an_undecodable_half_message_is_rolled_back_without_asking() {
+        let (recording, adapter) = adapter();
+        let message = Message::builder()
+            .topic("t")
+            .key(order().order_token.to_string())
+            .body(b"not json".to_vec())
+            .build()
+            .unwrap();
+        let state = adapter.execute_local_transaction(&message, None);
+        assert_eq!(state, LocalTransactionState::RollbackMessage);
+        assert!(recording.executed.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn check_gets_the_order_token_from_the_key() {
+        let (recording, adapter) = adapter();
+        let received = MessageExt {
+            message: order_message("t", "order", &order(), None).unwrap(),
+            ..MessageExt::default()
+        };
+        let state = adapter.check_local_transaction(&received);
+        assert_eq!(state, LocalTransactionState::CommitMessage);
+        assert_eq!(
+            *recording.checked.lock().unwrap(),
+            vec![order().order_token]
+        );
+    }
+
+    #[test]
+    fn a_check_back_with_an_unparseable_key_is_rolled_back_without_asking() {
+        let (recording, adapter) = adapter();
+        let mut received = MessageExt::default();
+        received.set_keys("garbage".into());
+        let state = adapter.check_local_transaction(&received);
+        assert_eq!(state, LocalTransactionState::RollbackMessage);
+        assert!(recording.checked.lock().unwrap().is_empty());
+    }
+}

@@ -1,0 +1,28 @@
+//! The order database: the MySQL schema, its migrations, and every query the services run
+//! against it. The consumer writes order batches here (idempotent, one transaction per
+//! batch, stock taken with a conditional update); operators define products; reconcile
+//! reads orders and stock_flow in batches, repairs what it may, and records its runs.
+//! The services write no SQL of their own.
+//!
+//! Layout: [`db`] holds the [`Db`] handle (a diesel-async deadpool pool); [`mod@migrate`] the
+//! embedded migrations of the repository's `migrations/` and the locked runner;
+//! [`schema`] diesel's view of the tables; [`models`] what the repositories take and
+//! return, in domain types; `repo/` the repositories themselves, as `impl Db` blocks per
+//! area (products, orders, reconcile, lease, rejected messages); [`error`] the one error
+//! type and its retry policy. All times are UTC: every connection sets `time_zone` to
+//! `+00:00`. MySQL 8 in production, MariaDB locally: the SQL is what both accept.
+
+pub mod db;
+pub mod error;
+pub mod migrate;
+pub mod models;
+mod repo;
+pub mod schema;
+
+pub use db::{Db, split_database_url};
+pub use error::{Result, StoreError};
+pub use migrate::{MIGRATIONS, create_database, migrate};
+pub use models::{
+    DiscrepancyRecord, DiscrepancyRow, NewProduct, OrderFacts, OrderPageRow, OrderRow, ProductRow,
+    PutOutcome, RunRow, RunStatus, StockOp, WriteSummary,
+};

@@ -1,0 +1,416 @@
+//! What the repositories take and give back. The public types speak the domain's language
+//! (`ProductId`, `UserId`, UTC times); the `pub(crate)` ones are diesel's view of a row,
+//! converted at the edge of this crate so no caller handles a raw `u64` or a naive time.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use diesel::prelude::*;
+use domain::{OrderToken, ProductId, UserId};
+
+use crate::schema::{
+    orders, product_stock, products, reconcile_discrepancy, reconcile_run, stock_flow,
+};
+
+/// The value of `orders.status` for every order the consumer writes: an order row exists
+/// only once the purchase is final, so there is no other state yet.
+pub const ORDER_CONFIRMED: &str = "confirmed";
+
+/// `stock_flow.op_type`: why stock moved for an order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StockOp {
+    /// The consumer deducted it while writing the order.
+    Seckill,
+    /// Reconcile deducted it for an order the consumer left without one.
+    ReconcileDeduct,
+    /// The unit went back to stock (negative quantity).
+    Release,
+}
+
+impl StockOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Seckill => "SECKILL",
+            Self::ReconcileDeduct => "RECONCILE_DEDUCT",
+            Self::Release => "RELEASE",
+        }
+    }
+}
+
+/// A product as an operator defines it; see [`crate::Db::put_product`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewProduct {
+    pub id: ProductId,
+    pub name: String,
+    /// Units for sale from now on.
+    pub initial_stock: i64,
+    pub per_user_limit: u32,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+}
+
+/// What [`crate::Db::put_product`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// The product was new.
+    Created,
+    /// The product existed without orders: its definition and stock were replaced.
+    Replaced,
+    /// The product had orders (and `force` was given): the stock is what was asked for,
+    /// and `initial_stock` now also counts the `ordered_units` already sold, so that
+    /// `stock + ordered = initial` still holds for reconcile.
+    Restocked {
+        initial_stock: i64,
+        ordered_units: i64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProductRow {
+    pub id: ProductId,
+    pub name: String,
+    pub initial_stock: i64,
+    pub per_user_limit: u32,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderRow {
+    pub id: u64,
+    pub order_token: OrderToken,
+    pub user_id: UserId,
+    pub product_id: ProductId,
+    pub quantity: u32,
+    pub status: String,
+    pub reserved_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What [`crate::Db::write_orders`] did with a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WriteSummary {
+    /// Orders written (and their stock deducted) by this call.
+    pub inserted: usize,
+    /// Messages that named an order already written, by an earlier delivery or earlier in
+    /// the same batch: nothing was done for them.
+    pub duplicates: usize,
+}
+
+/// What MySQL holds for one order token, for reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrderFacts {
+    pub quantity: u32,
+    /// A `stock_flow` row exists for the token: its stock was accounted for.
+    pub has_stock_flow: bool,
+}
+
+/// One order of a product, as reconcile pages through them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderPageRow {
+    /// The keyset cursor: pass the last one seen as `after_id` for the next page.
+    pub id: u64,
+    /// Kept as text: reconcile matches it against Redis hash fields, and one malformed
+    /// token must not make a whole page unreadable.
+    pub order_token: String,
+    pub user_id: UserId,
+    pub quantity: u32,
+    pub has_stock_flow: bool,
+}
+
+/// `reconcile_run.status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStatus {
+    Running,
+    /// Nothing to repair.
+    Clean,
+    /// Every discrepancy found was repaired.
+    Repaired,
+    /// Some discrepancies are left for a person.
+    Unresolved,
+    /// The run itself failed.
+    Failed,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Clean => "clean",
+            Self::Repaired => "repaired",
+            Self::Unresolved => "unresolved",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RunStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "running" => Self::Running,
+            "clean" => Self::Clean,
+            "repaired" => Self::Repaired,
+            "unresolved" => Self::Unresolved,
+            "failed" => Self::Failed,
+            other => return Err(format!("`{other}` is not a reconcile run status")),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRow {
+    pub id: u64,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub status: RunStatus,
+    pub policy: String,
+    pub product_id: Option<ProductId>,
+    pub report: Option<String>,
+}
+
+/// One discrepancy of a run and what was done about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiscrepancyRecord<'a> {
+    pub product_id: ProductId,
+    pub kind: domain::reconcile::DiscrepancyKind,
+    pub order_token: Option<&'a str>,
+    /// e.g. `republish`, `deduct`, `release`, `report` (at most 32 characters).
+    pub action: &'a str,
+    /// e.g. `done`, `skipped`, `failed` (at most 32 characters).
+    pub outcome: &'a str,
+    /// Free text; cut at 500 characters.
+    pub detail: &'a str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscrepancyRow {
+    pub id: u64,
+    pub run_id: u64,
+    pub product_id: ProductId,
+    /// As [`domain::reconcile::DiscrepancyKind::as_str`] wrote it.
+    pub kind: String,
+    pub order_token: Option<String>,
+    pub action: String,
+    pub outcome: String,
+    pub detail: String,
+    pub created_at: DateTime<Utc>,
+}
+
+// ---- diesel's side -------------------------------------------------------------------
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = products)]
+#[diesel(check_for_backend(diesel::mysql::Mysql))]
+pub(crate) struct RawProduct {
+    id: u64,
+    name: String,
+    initial_stock: i64,
+    per_user_limit: u32,
+    starts_at: Option<NaiveDateTime>,
+    ends_at: Option<NaiveDateTime>,
+    created_at: NaiveDateTime,
+    updated_at: NaiveDateTime,
+}
+
+impl From<RawProduct> for ProductRow {
+    fn from(raw: RawProduct) -> Self {
+        Self {
+            id: ProductId(raw.id),
+            name: raw.name,
+            initial_stock: raw.initial_stock,
+            per_user_limit: raw.per_user_limit,
+            starts_at: raw.starts_at.map(|t| t.and_utc()),
+            ends_at: raw.ends_at.map(|t| t.and_utc()),
+            created_at: raw.created_at.and_utc(),
+            updated_at: raw.updated_at.and_utc(),
+        }
+    }
+}
+
+#[derive(Insertable, AsChangeset)]
+#[diesel(table_name = products)]
+pub(crate) struct ProductValues<'a> {
+    pub id: u64,
+    pub name: &'a str,
+    pub initial_stock: i64,
+    pub per_user_limit: u32,
+    // Always written, so that a redefinition can clear a sale window.
+    #[diesel(treat_none_as_null = true)]
+    pub starts_at: Option<NaiveDateTime>,
+    #[diesel(treat_none_as_null = true)]
+    pub ends_at: Option<NaiveDateTime>,
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = product_stock)]
+pub(crate) struct StockValues {
+    pub product_id: u64,
+    pub stock: i64,
+}
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = orders)]
+#[diesel(check_for_backend(diesel::mysql::Mysql))]
+pub(crate) struct RawOrder {
+    pub id: u64,
+    pub user_id: u64,
+    pub product_id: u64,
+    pub quantity: u32,
+    pub status: String,
+    pub reserved_at: NaiveDateTime,
+    pub created_at: NaiveDateTime,
+}
+
+impl RawOrder {
+    pub(crate) fn into_row(self, order_token: OrderToken) -> OrderRow {
+        OrderRow {
+            id: self.id,
+            order_token,
+            user_id: UserId(self.user_id),
+            product_id: ProductId(self.product_id),
+            quantity: self.quantity,
+            status: self.status,
+            reserved_at: self.reserved_at.and_utc(),
+            created_at: self.created_at.and_utc(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Insertable)]
+#[diesel(table_name = orders)]
+pub(crate) struct NewOrder {
+    pub order_token: String,
+    pub user_id: u64,
+    pub product_id: u64,
+    pub quantity: u32,
+    pub status: &'static str,
+    pub reserved_at: NaiveDateTime,
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = stock_flow)]
+pub(crate) struct NewStockFlow<'a> {
+    pub order_token: &'a str,
+    pub product_id: u64,
+    pub quantity: i32,
+    pub op_type: &'static str,
+}
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = reconcile_run)]
+#[diesel(check_for_backend(diesel::mysql::Mysql))]
+pub(crate) struct RawRun {
+    id: u64,
+    started_at: NaiveDateTime,
+    finished_at: Option<NaiveDateTime>,
+    status: String,
+    policy: String,
+    product_id: Option<u64>,
+    report: Option<String>,
+}
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = reconcile_discrepancy)]
+#[diesel(check_for_backend(diesel::mysql::Mysql))]
+pub(crate) struct RawDiscrepancy {
+    id: u64,
+    run_id: u64,
+    product_id: u64,
+    kind: String,
+    order_token: Option<String>,
+    action: String,
+    outcome: String,
+    detail: String,
+    created_at: NaiveDateTime,
+}
+
+impl From<RawDiscrepancy> for DiscrepancyRow {
+    fn from(raw: RawDiscrepancy) -> Self {
+        Self {
+            id: raw.id,
+            run_id: raw.run_id,
+            product_id: ProductId(raw.product_id),
+            kind: raw.kind,
+            order_token: raw.order_token,
+            action: raw.action,
+            outcome: raw.outcome,
+            detail: raw.detail,
+            created_at: raw.created_at.and_utc(),
+        }
+    }
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = reconcile_discrepancy)]
+pub(crate) struct NewDiscrepancy<'a> {
+    pub run_id: u64,
+    pub product_id: u64,
+    pub kind: &'static str,
+    pub order_token: Option<&'a str>,
+    pub action: &'a str,
+    pub outcome: &'a str,
+    pub detail: &'a str,
+}
+
+impl TryFrom<RawRun> for RunRow {
+    type Error = String;
+
+    fn try_from(raw: RawRun) -> Result<Self, Self::Error> {
+        Ok(Self {
+            id: raw.id,
+            started_at: raw.started_at.and_utc(),
+            finished_at: raw.finished_at.map(|t| t.and_utc()),
+            status: raw.status.parse()?,
+            policy: raw.policy,
+            product_id: raw.product_id.map(ProductId),
+            report: raw.report,
+        })
+    }
+}
+
+/// Cuts `s` to at most `max` characters (what a VARCHAR(max) column counts), on a
+/// character boundary.
+pub(crate) fn truncate_chars(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((end, _)) => &s[..end],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_counts_characters_not_bytes() {
+        assert_eq!(truncate_chars("héllo", 2), "hé");
+        assert_eq!(truncate_chars("abc", 3), "abc");
+        assert_eq!(truncate_chars("abc", 10), "abc");
+        assert_eq!(truncate_chars("秒杀秒杀", 3), "秒杀秒");
+    }
+
+    #[test]
+    fn run_statuses_round_trip_through_text() {
+        for status in [
+            RunStatus::Running,
+            RunStatus::Clean,
+            RunStatus::Repaired,
+            RunStatus::Unresolved,
+            RunStatus::Failed,
+        ] {
+            assert_eq!(status.as_str().parse::<RunStatus>(), Ok(status));
+        }
+        assert!("done".parse::<RunStatus>().is_err());
+    }
+}

@@ -1,0 +1,280 @@
+//! What reconcile reads (always in batches, never a query per token) and the repairs and
+//! records it writes.
+
+use std::collections::HashMap;
+
+use diesel::dsl::sql;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Unsigned};
+use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
+use domain::{OrderToken, ProductId, UserId};
+
+use super::orders::take_stock;
+use super::{CHUNK, count_star};
+use crate::db::Db;
+use crate::error::{Result, StoreError};
+use crate::models::{
+    DiscrepancyRecord, DiscrepancyRow, NewDiscrepancy, NewStockFlow, OrderFacts, OrderPageRow,
+    RawDiscrepancy, RawRun, RunRow, RunStatus, StockOp, truncate_chars,
+};
+use crate::schema::{orders, reconcile_discrepancy, reconcile_run, stock_flow};
+
+impl Db {
+    /// The orders of `product` among `tokens`, with whether each has its stock_flow row.
+    /// Tokens with no order are absent from the map. One query per 1000 tokens.
+    pub async fn orders_for_tokens(
+        &self,
+        product: ProductId,
+        tokens: &[String],
+    ) -> Result<HashMap<String, OrderFacts>> {
+        let mut facts = HashMap::with_capacity(tokens.len());
+        if tokens.is_empty() {
+            return Ok(facts);
+        }
+        let mut conn = self.conn().await?;
+        for chunk in tokens.chunks(CHUNK) {
+            let rows = orders::table
+                .left_join(stock_flow::table.on(stock_flow::order_token.eq(orders::order_token)))
+                .filter(orders::product_id.eq(product.get()))
+                .filter(orders::order_token.eq_any(chunk))
+                .select((
+                    orders::order_token,
+                    orders::quantity,
+                    stock_flow::id.nullable().is_not_null(),
+                ))
+                .load::<(String, u32, bool)>(&mut conn)
+                .await?;
+            facts.extend(rows.into_iter().map(|(token, quantity, has_stock_flow)| {
+                (
+                    token,
+                    OrderFacts {
+                        quantity,
+                        has_stock_flow,
+                    },
+                )
+            }));
+        }
+        Ok(facts)
+    }
+
+    /// Up to `limit` orders of `product` with `id > after_id`, in id order (keyset
+    /// pagination: start at 0, continue from the last row's id, stop at an empty page).
+    pub async fn orders_page(
+        &self,
+        product: ProductId,
+        after_id: u64,
+        limit: u32,
+    ) -> Result<Vec<OrderPageRow>> {
+        let mut conn = self.conn().await?;
+        let rows = orders::table
+            .left_join(stock_flow::table.on(stock_flow::order_token.eq(orders::order_token)))
+            .filter(orders::product_id.eq(product.get()))
+            .filter(orders::id.gt(after_id))
+            .order(orders::id.asc())
+            .limit(i64::from(limit))
+            .select((
+                orders::id,
+                orders::order_token,
+                orders::user_id,
+                orders::quantity,
+                stock_flow::id.nullable().is_not_null(),
+            ))
+            .load::<(u64, String, u64, u32, bool)>(&mut conn)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(id, order_token, user_id, quantity, has_stock_flow)| OrderPageRow {
+                    id,
+                    order_token,
+                    user_id: UserId(user_id),
+                    quantity,
+                    has_stock_flow,
+                },
+            )
+            .collect())
+    }
+
+    /// Net units that `stock_flow` took from the product's stock (releases count negative).
+    pub async fn stock_flow_units(&self, product: ProductId) -> Result<i64> {
+        let mut conn = self.conn().await?;
+        Ok(stock_flow::table
+            .filter(stock_flow::product_id.eq(product.get()))
+            .select(super::sum_quantity())
+            .get_result(&mut conn)
+            .await?)
+    }
+
+    /// Deducts the stock of an order that has none recorded (reconcile's repair for
+    /// "stock not deducted"): one transaction writes its RECONCILE_DEDUCT stock_flow row and
+    /// takes the units with the same conditional update the consumer uses.
+    ///
+    /// `Ok(false)` when the order already has a stock_flow row — nothing is done, so running
+    /// the repair twice, or alongside the consumer, deducts once.
+    pub async fn deduct_for_order(&self, token: &OrderToken) -> Result<bool> {
+        let token_text = token.to_string();
+        let mut pooled = self.conn().await?;
+        let conn: &mut AsyncMysqlConnection = &mut pooled;
+        conn.transaction(async |conn| {
+            let order = orders::table
+                .filter(orders::order_token.eq(&token_text))
+                .select((orders::product_id, orders::quantity))
+                .first::<(u64, u32)>(conn)
+                .await
+                .optional()?;
+            let Some((product_id, quantity)) = order else {
+                return Err(StoreError::OrderNotFound(token.clone()));
+            };
+            let quantity = i32::try_from(quantity).map_err(|_| {
+                StoreError::InvalidData(format!("order {token_text} has quantity {quantity}"))
+            })?;
+            // The unique key on order_token decides, not a prior SELECT: a check-then-insert
+            // would let two concurrent repairs both pass the check.
+            let inserted = diesel::insert_into(stock_flow::table)
+                .values(NewStockFlow {
+                    order_token: &token_text,
+                    product_id,
+                    quantity,
+                    op_type: StockOp::ReconcileDeduct.as_str(),
+                })
+                .execute(conn)
+                .await;
+            match inserted {
+                Ok(_) => {}
+                Err(diesel::result::Error::DatabaseError(
+                    diesel::result::DatabaseErrorKind::UniqueViolation,
+                    _,
+                )) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+            take_stock(conn, product_id, i64::from(quantity)).await?;
+            Ok(true)
+        })
+        .await
+    }
+
+    /// Opens a run (status `running`) and returns its id. `policy` is at most 16
+    /// characters; `product` is `None` for a run over every product.
+    pub async fn start_run(&self, policy: &str, product: Option<ProductId>) -> Result<u64> {
+        if policy.chars().count() > 16 {
+            return Err(StoreError::InvalidData(format!(
+                "policy `{policy}` is longer than 16 characters"
+            )));
+        }
+        let mut conn = self.conn().await?;
+        diesel::insert_into(reconcile_run::table)
+            .values((
+                reconcile_run::status.eq(RunStatus::Running.as_str()),
+                reconcile_run::policy.eq(policy),
+                reconcile_run::product_id.eq(product.map(ProductId::get)),
+            ))
+            .execute(&mut conn)
+            .await?;
+        // Per connection, so it is this insert's id whatever other connections do.
+        let id = diesel::select(sql::<Unsigned<BigInt>>("LAST_INSERT_ID()"))
+            .get_result::<u64>(&mut conn)
+            .await?;
+        Ok(id)
+    }
+
+    pub async fn record_discrepancy(
+        &self,
+        run_id: u64,
+        record: &DiscrepancyRecord<'_>,
+    ) -> Result<()> {
+        self.record_discrepancies(run_id, std::slice::from_ref(record))
+            .await
+    }
+
+    /// Records many discrepancies of a run with multi-row inserts. `action` and `outcome`
+    /// are cut at 32 characters, `detail` at 500.
+    pub async fn record_discrepancies(
+        &self,
+        run_id: u64,
+        records: &[DiscrepancyRecord<'_>],
+    ) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn().await?;
+        for chunk in records.chunks(CHUNK) {
+            let rows: Vec<NewDiscrepancy<'_>> = chunk
+                .iter()
+                .map(|r| NewDiscrepancy {
+                    run_id,
+                    product_id: r.product_id.get(),
+                    kind: r.kind.as_str(),
+                    order_token: r.order_token.map(|t| truncate_chars(t, 64)),
+                    action: truncate_chars(r.action, 32),
+                    outcome: truncate_chars(r.outcome, 32),
+                    detail: truncate_chars(r.detail, 500),
+                })
+                .collect();
+            diesel::insert_into(reconcile_discrepancy::table)
+                .values(rows)
+                .execute(&mut conn)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Closes a run with its final status and JSON report.
+    pub async fn finish_run(
+        &self,
+        run_id: u64,
+        status: RunStatus,
+        report_json: &str,
+    ) -> Result<()> {
+        let mut conn = self.conn().await?;
+        let updated = diesel::update(reconcile_run::table.find(run_id))
+            .set((
+                reconcile_run::finished_at.eq(sql::<Nullable<diesel::sql_types::Datetime>>(
+                    "CURRENT_TIMESTAMP(3)",
+                )),
+                reconcile_run::status.eq(status.as_str()),
+                reconcile_run::report.eq(Some(report_json)),
+            ))
+            .execute(&mut conn)
+            .await?;
+        // MySQL reports rows changed, not matched: 0 can also mean "already exactly so".
+        if updated == 0 {
+            let exists = reconcile_run::table
+                .find(run_id)
+                .select(count_star())
+                .get_result::<i64>(&mut conn)
+                .await?
+                > 0;
+            if !exists {
+                return Err(StoreError::InvalidData(format!(
+                    "there is no reconcile run {run_id}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The most recently started run.
+    pub async fn latest_run(&self) -> Result<Option<RunRow>> {
+        let mut conn = self.conn().await?;
+        let raw = reconcile_run::table
+            .order(reconcile_run::id.desc())
+            .select(RawRun::as_select())
+            .first(&mut conn)
+            .await
+            .optional()?;
+        raw.map(|raw| RunRow::try_from(raw).map_err(StoreError::InvalidData))
+            .transpose()
+    }
+
+    /// The discrepancies recorded for a run, in the order they were recorded.
+    pub async fn discrepancies(&self, run_id: u64) -> Result<Vec<DiscrepancyRow>> {
+        let mut conn = self.conn().await?;
+        let rows = reconcile_discrepancy::table
+            .filter(reconcile_discrepancy::run_id.eq(run_id))
+            .order(reconcile_discrepancy::id.asc())
+            .select(RawDiscrepancy::as_select())
+            .load(&mut conn)
+            .await?;
+        Ok(rows.into_iter().map(DiscrepancyRow::from).collect())
+    }
+}

@@ -1,0 +1,33 @@
+//! What every seckill service needs besides its own logic, in one place.
+//!
+//! - [`settings`]: layered configuration (`config/default.toml` → `config/<env>.toml` →
+//!   `SECKILL_<SECTION>__<KEY>`) into typed structs, checked before any port is bound.
+//! - [`telemetry`]: tracing subscriber (text or JSON) wired to OpenTelemetry.
+//! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token every task can watch.
+//! - [`ops`]: `/healthz`, `/readyz` and `/metrics`, for mounting or as a small server.
+
+pub mod auth;
+pub mod ops;
+pub mod settings;
+pub mod shutdown;
+pub mod telemetry;
+
+pub use settings::Settings;
+
+/// Exit code for invalid configuration (EX_CONFIG-like, as sysexits' EX_USAGE): the process
+/// stops before binding a port, and the orchestrator shows the reason instead of a crash loop.
+pub const EXIT_BAD_CONFIG: i32 = 64;
+
+/// The first lines of every service's `main`: settings (or exit 64 with the reason),
+/// logging and tracing, and the shutdown token.
+pub fn boot(service: &'static str) -> (Settings, telemetry::TelemetryGuard, shutdown::Shutdown) {
+    let settings = match Settings::load() {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("{service}: invalid configuration: {error}");
+            std::process::exit(EXIT_BAD_CONFIG);
+        }
+    };
+    let telemetry = telemetry::init(service, &settings.telemetry);
+    (settings, telemetry, shutdown::on_signal())
+}

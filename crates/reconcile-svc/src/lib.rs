@@ -1,0 +1,14 @@
+//! reconcile-svc: the audit of Redis flows against MySQL orders, stock flows and stock
+//! totals, with idempotent repairs and a report. Runs once (`--once`, for a CronJob) or as
+//! a daemon on the cron schedule from the settings.
+//!
+//! - [`audit`]: one run — classify, repair, record.
+//! - [`report`]: the JSON report and the terminal table.
+//! - [`startup`]: wiring, the daemon's schedule and its HTTP endpoints.
+
+pub mod audit;
+pub mod report;
+pub mod startup;
+
+pub use audit::{Auditor, Policy};
+pub use startup::Application;

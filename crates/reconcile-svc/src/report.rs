@@ -1,0 +1,157 @@
+//! The run's report: JSON for `/api/v1/reconcile/runs/latest` and a table for the terminal.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use domain::reconcile::DiscrepancyKind;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub run_id: u64,
+    pub policy: String,
+    pub started_at: String,
+    pub finished_at: String,
+    /// clean | repaired | unresolved | failed
+    pub status: String,
+    pub products: Vec<ProductReport>,
+    pub discrepancies: Vec<Finding>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProductReport {
+    pub product_id: u64,
+    pub initial_stock: i64,
+    pub redis_stock: Option<i64>,
+    pub mysql_stock: Option<i64>,
+    pub flows: u64,
+    pub flow_units: i64,
+    pub orders: u64,
+    pub ordered_units: i64,
+    /// Flows younger than the grace window, left alone this run.
+    pub in_flight: u64,
+    pub found: BTreeMap<&'static str, u64>,
+}
+
+/// One discrepancy and what was done about it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    pub product_id: u64,
+    pub kind: DiscrepancyKind,
+    pub order_token: Option<String>,
+    pub action: Action,
+    pub outcome: Outcome,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Republish,
+    Restore,
+    Deduct,
+    Report,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Repaired,
+    /// Nothing to do by the time the repair ran (the live path settled it meanwhile).
+    AlreadySettled,
+    /// Left for a person: reported, or a repair that failed.
+    Unresolved,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Republish => "republish",
+            Self::Restore => "restore",
+            Self::Deduct => "deduct",
+            Self::Report => "report",
+        }
+    }
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Repaired => "repaired",
+            Self::AlreadySettled => "already_settled",
+            Self::Unresolved => "unresolved",
+        }
+    }
+}
+
+impl Report {
+    pub fn unresolved(&self) -> usize {
+        self.discrepancies
+            .iter()
+            .filter(|f| f.outcome == Outcome::Unresolved)
+            .count()
+    }
+
+    /// A table a person reads at a glance.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "reconcile run {} · policy {} · {} → {} · {}",
+            self.run_id, self.policy, self.started_at, self.finished_at, self.status
+        );
+        let _ = writeln!(
+            out,
+            "{:>10} {:>8} {:>8} {:>8} {:>7} {:>7} {:>9}  discrepancies",
+            "product", "initial", "redis", "mysql", "flows", "orders", "in-flight"
+        );
+        let show = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
+        for p in &self.products {
+            let found = if p.found.is_empty() {
+                "none".to_owned()
+            } else {
+                p.found
+                    .iter()
+                    .map(|(k, n)| format!("{k}={n}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            let _ = writeln!(
+                out,
+                "{:>10} {:>8} {:>8} {:>8} {:>7} {:>7} {:>9}  {found}",
+                p.product_id,
+                p.initial_stock,
+                show(p.redis_stock),
+                show(p.mysql_stock),
+                p.flows,
+                p.orders,
+                p.in_flight
+            );
+        }
+        if !self.discrepancies.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n{:<20} {:<44} {:<10} {:<16} detail",
+                "kind", "order token", "action", "outcome"
+            );
+            for f in &self.discrepancies {
+                let _ = writeln!(
+                    out,
+                    "{:<20} {:<44} {:<10} {:<16} {}",
+                    f.kind.as_str(),
+                    f.order_token.as_deref().unwrap_or("-"),
+                    f.action.as_str(),
+                    f.outcome.as_str(),
+                    f.detail
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "{} discrepancies, {} unresolved",
+            self.discrepancies.len(),
+            self.unresolved()
+        );
+        out
+    }
+}

@@ -1,0 +1,53 @@
+//! Key names. One product's keys share the hash tag `{<prefix>:<product>}`.
+
+use domain::ProductId;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProductKeys {
+    /// Hash: initial_stock, per_user_limit, starts_at_ms, ends_at_ms, epoch.
+    pub meta: String,
+    /// String: units left to sell.
+    pub stock: String,
+    /// Hash: order token → flow record JSON.
+    pub flow: String,
+    /// Hash: user id → units reserved.
+    pub users: String,
+    /// Hash: order token → "confirmed" once the order is in MySQL.
+    pub result: String,
+    /// Hash: order token → why it can never reserve (released, rolled back).
+    pub tomb: String,
+}
+
+impl ProductKeys {
+    pub fn new(prefix: &str, product: ProductId) -> Self {
+        let tag = format!("{{{prefix}:{product}}}");
+        Self {
+            meta: format!("{tag}:meta"),
+            stock: format!("{tag}:stock"),
+            flow: format!("{tag}:flow"),
+            users: format!("{tag}:users"),
+            result: format!("{tag}:result"),
+            tomb: format!("{tag}:tomb"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_a_product_shares_one_hash_tag() {
+        let keys = ProductKeys::new("sk", ProductId(42));
+        for key in [
+            &keys.meta,
+            &keys.stock,
+            &keys.flow,
+            &keys.users,
+            &keys.result,
+            &keys.tomb,
+        ] {
+            assert!(key.starts_with("{sk:42}:"), "{key}");
+        }
+    }
+}

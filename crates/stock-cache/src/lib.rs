@@ -1,0 +1,437 @@
+//! The Redis side of a sale: key names, the Lua scripts in `lua/`, and typed calls to them.
+//!
+//! Every key of one product shares the hash tag `{<prefix>:<product>}`, so each script
+//! touches one slot and works on Redis Cluster. The scripts are the only writers of stock,
+//! flows and tombstones; this crate only names keys, passes arguments and reads answers.
+//!
+//! - [`keys`]: the key layout.
+//! - [`scripts`]: the embedded scripts (EVALSHA, loaded on NOSCRIPT).
+//! - [`StockCache`]: the calls the services make.
+
+pub mod keys;
+mod scripts;
+
+use std::time::Duration;
+
+use deadpool_redis::redis::{self, AsyncCommands};
+use deadpool_redis::{Config, Connection, Pool, Runtime};
+use domain::{FlowRecord, OrderToken, PreDeductOutcome, ProductId, UserId};
+use serde::Deserialize;
+
+pub use keys::ProductKeys;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("the Redis key prefix `{0}` may not contain braces or be empty")]
+    BadPrefix(String),
+    #[error("cannot build the Redis pool")]
+    Pool(#[from] deadpool_redis::CreatePoolError),
+    #[error("no Redis connection")]
+    Connection(#[from] deadpool_redis::PoolError),
+    #[error("Redis failed")]
+    Redis(#[from] redis::RedisError),
+    #[error("Redis did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("a script answered something it never returns: {0}")]
+    UnexpectedReply(String),
+}
+
+/// What `release.lua` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// The unit is back in stock and the token tombstoned.
+    Released,
+    /// There was no flow (already released, or never reserved); the token is tombstoned.
+    NothingReserved,
+    /// The flow is committed: an order will be written, so the unit stays sold.
+    AlreadyCommitted,
+}
+
+/// A product as the sale scripts see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProductMeta {
+    pub initial_stock: i64,
+    pub per_user_limit: u32,
+    pub starts_at_ms: i64,
+    pub ends_at_ms: i64,
+    pub epoch: i64,
+}
+
+/// How a product is loaded by an admin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadMode {
+    /// A new sale: flows, buyers and results of any earlier sale are forgotten.
+    Fresh,
+    /// More stock for the running sale: flows and buyers stay.
+    Restock,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadSpec {
+    pub initial_stock: i64,
+    pub per_user_limit: u32,
+    pub starts_at_ms: i64,
+    pub ends_at_ms: i64,
+    pub sellable_stock: i64,
+    pub mode: LoadMode,
+}
+
+/// Why a token was tombstoned, and for whom when known.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Tombstone {
+    pub user_id: Option<UserId>,
+    pub quantity: Option<u32>,
+    pub reason: String,
+}
+
+/// Everything Redis knows about one order token, read in one round trip.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OrderView {
+    pub confirmed: bool,
+    pub flow: Option<FlowRecord>,
+    pub tombstone: Option<Tombstone>,
+}
+
+/// The services' handle on Redis: a connection pool plus the key prefix.
+#[derive(Clone)]
+pub struct StockCache {
+    pool: Pool,
+    prefix: String,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for StockCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StockCache")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+const CONFIRMED: &str = "confirmed";
+
+impl StockCache {
+    pub fn new(
+        url: &str,
+        pool_size: usize,
+        prefix: &str,
+        timeout: Duration,
+    ) -> Result<Self, CacheError> {
+        if prefix.is_empty() || prefix.contains(['{', '}']) {
+            return Err(CacheError::BadPrefix(prefix.to_owned()));
+        }
+        let mut config = Config::from_url(url);
+        config.pool = Some(deadpool_redis::PoolConfig::new(pool_size));
+        let pool = config.create_pool(Some(Runtime::Tokio1))?;
+        Ok(Self {
+            pool,
+            prefix: prefix.to_owned(),
+            timeout,
+        })
+    }
+
+    pub fn keys(&self, product: ProductId) -> ProductKeys {
+        ProductKeys::new(&self.prefix, product)
+    }
+
+    /// Bounds every call: a stalled Redis must turn into a 503, not a hung request.
+    async fn timed<T, F>(&self, call: F) -> Result<T, CacheError>
+    where
+        F: std::future::Future<Output = Result<T, CacheError>>,
+    {
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| CacheError::Timeout(self.timeout))?
+    }
+
+    async fn connection(&self) -> Result<Connection, CacheError> {
+        Ok(self.pool.get().await?)
+    }
+
+    pub async fn ping(&self) -> Result<(), CacheError> {
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Runs `lua/pre_deduct.lua`: duplicate check, per-user limit, stock, flow record.
+    pub async fn pre_deduct(
+        &self,
+        token: &OrderToken,
+        user: UserId,
+        quantity: u32,
+    ) -> Result<PreDeductOutcome, CacheError> {
+        let keys = self.keys(token.product_id());
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            let (code, stock): (i64, i64) = scripts::PRE_DEDUCT
+                .key(&keys.meta)
+                .key(&keys.stock)
+                .key(&keys.flow)
+                .key(&keys.users)
+                .key(&keys.tomb)
+                .arg(token.to_string())
+                .arg(user.get())
+                .arg(quantity)
+                .invoke_async(&mut conn)
+                .await?;
+            PreDeductOutcome::from_script(code, stock)
+                .ok_or_else(|| CacheError::UnexpectedReply(format!("pre_deduct {code}")))
+        })
+        .await
+    }
+
+    /// Runs `lua/confirm.lua`: true = COMMIT (the flow is committed), false = ROLLBACK.
+    pub async fn confirm(&self, token: &OrderToken) -> Result<bool, CacheError> {
+        let keys = self.keys(token.product_id());
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            let committed: i64 = scripts::CONFIRM
+                .key(&keys.flow)
+                .key(&keys.tomb)
+                .arg(token.to_string())
+                .invoke_async(&mut conn)
+                .await?;
+            Ok(committed == 1)
+        })
+        .await
+    }
+
+    /// Runs `lua/release.lua`: gives the unit back unless the flow is committed.
+    pub async fn release(
+        &self,
+        token: &OrderToken,
+        reason: &str,
+    ) -> Result<ReleaseOutcome, CacheError> {
+        let keys = self.keys(token.product_id());
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            let code: i64 = scripts::RELEASE
+                .key(&keys.meta)
+                .key(&keys.stock)
+                .key(&keys.flow)
+                .key(&keys.users)
+                .key(&keys.tomb)
+                .arg(token.to_string())
+                .arg(reason)
+                .invoke_async(&mut conn)
+                .await?;
+            match code {
+                1 => Ok(ReleaseOutcome::Released),
+                0 => Ok(ReleaseOutcome::NothingReserved),
+                -1 => Ok(ReleaseOutcome::AlreadyCommitted),
+                other => Err(CacheError::UnexpectedReply(format!("release {other}"))),
+            }
+        })
+        .await
+    }
+
+    /// Runs `lua/load_product.lua`; returns the product's new epoch.
+    pub async fn load_product(
+        &self,
+        product: ProductId,
+        spec: &LoadSpec,
+    ) -> Result<i64, CacheError> {
+        let keys = self.keys(product);
+        let mode = match spec.mode {
+            LoadMode::Fresh => "fresh",
+            LoadMode::Restock => "restock",
+        };
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            Ok(scripts::LOAD_PRODUCT
+                .key(&keys.meta)
+                .key(&keys.stock)
+                .key(&keys.flow)
+                .key(&keys.users)
+                .key(&keys.result)
+                .key(&keys.tomb)
+                .arg(spec.initial_stock)
+                .arg(spec.per_user_limit)
+                .arg(spec.starts_at_ms)
+                .arg(spec.ends_at_ms)
+                .arg(spec.sellable_stock)
+                .arg(mode)
+                .invoke_async(&mut conn)
+                .await?)
+        })
+        .await
+    }
+
+    /// Records that the orders are in MySQL, for status polling. One round trip per batch.
+    pub async fn mark_confirmed(&self, tokens: &[OrderToken]) -> Result<(), CacheError> {
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            let mut pipe = redis::pipe();
+            for token in tokens {
+                let keys = self.keys(token.product_id());
+                pipe.hset(&keys.result, token.to_string(), CONFIRMED)
+                    .ignore();
+            }
+            let () = pipe.query_async(&mut conn).await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Result, flow and tombstone of one token, in one round trip.
+    pub async fn order_view(&self, token: &OrderToken) -> Result<OrderView, CacheError> {
+        let keys = self.keys(token.product_id());
+        let field = token.to_string();
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            let (result, flow, tomb): (Option<String>, Option<String>, Option<String>) =
+                redis::pipe()
+                    .hget(&keys.result, &field)
+                    .hget(&keys.flow, &field)
+                    .hget(&keys.tomb, &field)
+                    .query_async(&mut conn)
+                    .await?;
+            let parse_flow = |json: String| {
+                FlowRecord::from_json(&json)
+                    .map_err(|e| CacheError::UnexpectedReply(format!("flow record: {e}")))
+            };
+            Ok(OrderView {
+                confirmed: result.as_deref() == Some(CONFIRMED),
+                flow: flow.map(parse_flow).transpose()?,
+                tombstone: tomb.and_then(|json| serde_json::from_str(&json).ok()),
+            })
+        })
+        .await
+    }
+
+    /// The product's meta, or None when Redis does not have it loaded.
+    pub async fn meta(&self, product: ProductId) -> Result<Option<ProductMeta>, CacheError> {
+        let keys = self.keys(product);
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            let fields: Vec<Option<i64>> = redis::cmd("HMGET")
+                .arg(&keys.meta)
+                .arg(&[
+                    "initial_stock",
+                    "per_user_limit",
+                    "starts_at_ms",
+                    "ends_at_ms",
+                    "epoch",
+                ])
+                .query_async(&mut conn)
+                .await?;
+            let [Some(initial_stock), Some(limit), starts, ends, epoch] = fields[..] else {
+                return Ok(None);
+            };
+            Ok(Some(ProductMeta {
+                initial_stock,
+                per_user_limit: u32::try_from(limit).unwrap_or(0),
+                starts_at_ms: starts.unwrap_or(0),
+                ends_at_ms: ends.unwrap_or(0),
+                epoch: epoch.unwrap_or(0),
+            }))
+        })
+        .await
+    }
+
+    /// The epochs of several products in one round trip (None where not loaded).
+    pub async fn epochs(&self, products: &[ProductId]) -> Result<Vec<Option<i64>>, CacheError> {
+        if products.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            let mut pipe = redis::pipe();
+            for product in products {
+                pipe.hget(self.keys(*product).meta, "epoch");
+            }
+            Ok(pipe.query_async(&mut conn).await?)
+        })
+        .await
+    }
+
+    /// Stock left in Redis, or None when not loaded.
+    pub async fn stock(&self, product: ProductId) -> Result<Option<i64>, CacheError> {
+        let keys = self.keys(product);
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            Ok(conn.get(&keys.stock).await?)
+        })
+        .await
+    }
+
+    /// How many flow records the product holds.
+    pub async fn flow_count(&self, product: ProductId) -> Result<u64, CacheError> {
+        let keys = self.keys(product);
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            Ok(conn.hlen(&keys.flow).await?)
+        })
+        .await
+    }
+
+    /// Which of these tokens have a flow, in one round trip.
+    pub async fn flows_exist(
+        &self,
+        product: ProductId,
+        tokens: &[String],
+    ) -> Result<Vec<bool>, CacheError> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = self.keys(product);
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            let mut pipe = redis::pipe();
+            for token in tokens {
+                pipe.hexists(&keys.flow, token);
+            }
+            Ok(pipe.query_async(&mut conn).await?)
+        })
+        .await
+    }
+
+    /// One HSCAN step over the product's flows; cursor 0 starts and, returned, ends a scan.
+    /// Records that do not parse are returned as errors beside the good ones, so that a
+    /// single bad record cannot hide the rest from an audit.
+    pub async fn scan_flows(
+        &self,
+        product: ProductId,
+        cursor: u64,
+        count: usize,
+    ) -> Result<FlowPage, CacheError> {
+        let keys = self.keys(product);
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            let (next, pairs): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
+                .arg(&keys.flow)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(count)
+                .query_async(&mut conn)
+                .await?;
+            let mut page = FlowPage {
+                next_cursor: next,
+                ..FlowPage::default()
+            };
+            for (token, json) in pairs {
+                match (token.parse::<OrderToken>(), FlowRecord::from_json(&json)) {
+                    (Ok(token), Ok(flow)) => page.flows.push((token, flow)),
+                    _ => page.unreadable.push(token),
+                }
+            }
+            Ok(page)
+        })
+        .await
+    }
+}
+
+/// One step of a flow scan.
+#[derive(Debug, Default)]
+pub struct FlowPage {
+    pub next_cursor: u64,
+    pub flows: Vec<(OrderToken, FlowRecord)>,
+    pub unreadable: Vec<String>,
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages behind missing commands.
+#
+#   ensure-tools.sh COMMAND[:PACKAGE]...     e.g. ensure-tools.sh make curl flock:util-linux
+#
+# Does nothing when every command is there; otherwise apt-get installs the packages
+# (PACKAGE defaults to COMMAND), which needs root.
+set -euo pipefail
+
+missing=()
+for spec in "$@"; do
+  command -v "${spec%%:*}" >/dev/null || missing+=("${spec#*:}")
+done
+((${#missing[@]} == 0)) && exit 0
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "missing ${missing[*]}: install them (apt-get install ${missing[*]}) or run as root" >&2
+  exit 1
+fi
+echo "installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,42 @@
+-- Reserves units for one purchase, atomically: the only place stock is taken.
+-- KEYS[1]: {p}:meta   KEYS[2]: {p}:stock   KEYS[3]: {p}:flow   KEYS[4]: {p}:users
+-- KEYS[5]: {p}:tomb
+-- ARGV[1]: order token   ARGV[2]: user id (decimal)   ARGV[3]: quantity (>= 1)
+-- Returns: {code, stock}: 1 reserved (stock = what is left), -1 duplicate token,
+--   -2 per-user limit exceeded, -3 sold out, -4 product not loaded, -5 sale not open,
+--   -6 quantity above the per-user limit. Only code 1 writes anything.
+local meta = redis.call('HMGET', KEYS[1], 'per_user_limit', 'starts_at_ms', 'ends_at_ms')
+local limit = tonumber(meta[1])
+local stock = tonumber(redis.call('GET', KEYS[2]))
+-- Missing meta or stock means Redis lost the product: never read that as "0 in stock".
+if not limit or not stock then
+  return {-4, 0}
+end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local starts = tonumber(meta[2]) or 0
+local ends = tonumber(meta[3]) or 0
+if now < starts or (ends > 0 and now >= ends) then
+  return {-5, stock}
+end
+local quantity = tonumber(ARGV[3])
+if quantity > limit then
+  return {-6, stock}
+end
+if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 or redis.call('HEXISTS', KEYS[5], ARGV[1]) == 1 then
+  return {-1, stock}
+end
+local held = tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0')
+if held + quantity > limit then
+  return {-2, stock}
+end
+if stock < quantity then
+  return {-3, stock}
+end
+local after = redis.call('DECRBY', KEYS[2], quantity)
+redis.call('HINCRBY', KEYS[4], ARGV[2], quantity)
+-- Built by hand: cjson would print a large user id as a float and lose digits.
+redis.call('HSET', KEYS[3], ARGV[1], string.format(
+  '{"user_id":%s,"quantity":%d,"stock_before":%d,"stock_after":%d,"reserved_at_ms":%d,"state":"reserved"}',
+  ARGV[2], quantity, stock, after, now))
+return {1, after}

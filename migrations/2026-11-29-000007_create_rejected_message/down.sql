@@ -1,0 +1,1 @@
+DROP TABLE rejected_message;
