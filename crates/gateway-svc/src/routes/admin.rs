@@ -65,10 +65,23 @@ pub async fn put_product(
 ) -> Result<HttpResponse, ApiError> {
     let product = product_id(&path)?;
     body.validate()?;
+    let mysql = |e| ApiError::unavailable("MySQL cannot be reached", e);
+
+    // Units Redis has reserved (Σ flows = initial − stock). Any at all means a sale is
+    // running: a fresh load would forget flows whose orders are still on their way.
+    let reserved = reserved_units(&state, product).await?;
+    if reserved > 0 && !body.force {
+        return Err(ApiError::OrdersExist);
+    }
+    // `force` restocks: `stock` more units from now on, and everything reserved stays
+    // sold. Reserved units not yet ordered will still deduct MySQL stock when their order
+    // arrives, so MySQL gets them on top.
+    let ordered = state.db.ordered_units(product).await.map_err(mysql)?;
+    let in_flight = (reserved - ordered).max(0);
     let definition = NewProduct {
         id: product,
         name: body.name.trim().to_owned(),
-        initial_stock: body.stock,
+        initial_stock: body.stock + in_flight,
         per_user_limit: body.per_user_limit,
         starts_at: body.starts_at,
         ends_at: body.ends_at,
@@ -80,24 +93,23 @@ pub async fn put_product(
         .await
         .map_err(|error| match error {
             StoreError::OrdersExist { .. } => ApiError::OrdersExist,
-            other => ApiError::unavailable("MySQL cannot be reached", other),
+            other => mysql(other),
         })?;
-
-    let (initial_stock, sellable_stock, mode) = match outcome {
-        PutOutcome::Created | PutOutcome::Replaced => (body.stock, body.stock, LoadMode::Fresh),
-        PutOutcome::Restocked { initial_stock, .. } => {
-            // Units reserved in Redis but not yet ordered in MySQL are still on their way:
-            // they come out of the new stock, or they would be sold twice.
-            let in_flight = in_flight_units(&state, product).await?;
-            (initial_stock, body.stock - in_flight, LoadMode::Restock)
-        }
+    let initial_stock = match outcome {
+        PutOutcome::Restocked { initial_stock, .. } => initial_stock,
+        PutOutcome::Created | PutOutcome::Replaced => definition.initial_stock,
+    };
+    let mode = if reserved > 0 || matches!(outcome, PutOutcome::Restocked { .. }) {
+        LoadMode::Restock
+    } else {
+        LoadMode::Fresh
     };
     let spec = LoadSpec {
         initial_stock,
         per_user_limit: body.per_user_limit,
         starts_at_ms: body.starts_at.map_or(0, |t| t.timestamp_millis()),
         ends_at_ms: body.ends_at.map_or(0, |t| t.timestamp_millis()),
-        sellable_stock: sellable_stock.max(0),
+        sellable_stock: body.stock,
         mode,
     };
     state
@@ -106,34 +118,28 @@ pub async fn put_product(
         .await
         .map_err(|e| ApiError::unavailable("Redis cannot be reached", e))?;
     state.sold_out.clear(product);
-    tracing::info!(product_id = %product, initial_stock, sellable_stock, ?mode, "Product loaded for sale.");
+    tracing::info!(product_id = %product, initial_stock, stock = body.stock, ?mode, "Product loaded for sale.");
 
     Ok(HttpResponse::Ok().json(ProductView {
         product_id: product.get(),
         name: definition.name,
         initial_stock,
-        stock: spec.sellable_stock,
+        stock: body.stock,
         per_user_limit: body.per_user_limit,
         starts_at: rfc3339_ms(spec.starts_at_ms),
         ends_at: rfc3339_ms(spec.ends_at_ms),
     }))
 }
 
-/// Σ flows − Σ orders, from Redis' `initial − stock` (every reserved unit) and MySQL.
-async fn in_flight_units(state: &AppState, product: domain::ProductId) -> Result<i64, ApiError> {
+/// Σ flows, as Redis' `initial − stock`; 0 when the product is not loaded.
+async fn reserved_units(state: &AppState, product: domain::ProductId) -> Result<i64, ApiError> {
     let redis = |e| ApiError::unavailable("Redis cannot be reached", e);
-    let (Some(meta), Some(stock)) = (
-        state.cache.meta(product).await.map_err(redis)?,
-        state.cache.stock(product).await.map_err(redis)?,
-    ) else {
-        return Ok(0);
-    };
-    let ordered = state
-        .db
-        .ordered_units(product)
-        .await
-        .map_err(|e| ApiError::unavailable("MySQL cannot be reached", e))?;
-    Ok((meta.initial_stock - stock - ordered).max(0))
+    let meta = state.cache.meta(product).await.map_err(redis)?;
+    let stock = state.cache.stock(product).await.map_err(redis)?;
+    Ok(match (meta, stock) {
+        (Some(meta), Some(stock)) => (meta.initial_stock - stock).max(0),
+        _ => 0,
+    })
 }
 
 #[derive(Serialize)]

@@ -1,0 +1,186 @@
+use std::time::{Duration, Instant};
+
+use gateway_svc::Application;
+use reqwest::{Response, StatusCode};
+use serde_json::{Value, json};
+use test_support::service::InProcessService;
+use test_support::stack::TestStack;
+
+pub const ADMIN: &str = "dev-admin-token";
+
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub stack: TestStack,
+    // Dropped first: services stop before their stack is torn down.
+    pub consumer: Option<InProcessService>,
+    pub gateway: Option<InProcessService>,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.gateway.take();
+        self.consumer.take();
+    }
+}
+
+/// A gateway on its own stack; `extra` overrides settings (`SECKILL_SECTION__KEY`).
+pub async fn spawn_app_with(extra: &[(&str, &str)]) -> TestApp {
+    let stack = TestStack::new().await;
+    let settings = stack.settings(extra);
+    let gateway = InProcessService::start("gateway", move |shutdown, port| async move {
+        let app = Application::build(settings).await?;
+        let _ = port.send(app.port());
+        app.run_until_stopped(shutdown).await
+    })
+    .await;
+    TestApp {
+        address: gateway.url(),
+        client: reqwest::Client::new(),
+        stack,
+        consumer: None,
+        gateway: Some(gateway),
+    }
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(&[]).await
+}
+
+/// A gateway and an order consumer on one stack: the whole purchase path.
+pub async fn spawn_app_with_consumer() -> TestApp {
+    let mut app = spawn_app().await;
+    let settings = app.stack.settings(&[]);
+    app.consumer = Some(
+        InProcessService::start("consumer", move |shutdown, port| async move {
+            let consumer = order_consumer_svc::Application::build(settings).await?;
+            let _ = port.send(consumer.port());
+            consumer.run_until_stopped(shutdown).await
+        })
+        .await,
+    );
+    app
+}
+
+impl TestApp {
+    pub async fn put_product(&self, product: u64, body: Value) -> Response {
+        self.client
+            .put(format!("{}/admin/v1/products/{product}", self.address))
+            .bearer_auth(ADMIN)
+            .json(&body)
+            .send()
+            .await
+            .expect("the gateway answers")
+    }
+
+    /// A product open for sale now, with this stock and per-user limit.
+    pub async fn open_sale(&self, product: u64, stock: i64, per_user_limit: u32) {
+        let response = self
+            .put_product(
+                product,
+                json!({"name": "phone", "stock": stock, "per_user_limit": per_user_limit}),
+            )
+            .await;
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "{:?}",
+            response.text().await
+        );
+    }
+
+    pub async fn request_token(&self, user: u64, product: u64) -> Response {
+        self.client
+            .post(format!("{}/api/v1/products/{product}/tokens", self.address))
+            .header("X-User-Id", user.to_string())
+            .send()
+            .await
+            .expect("the gateway answers")
+    }
+
+    pub async fn token(&self, user: u64, product: u64) -> String {
+        let response = self.request_token(user, product).await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+        body(response).await["token"]
+            .as_str()
+            .expect("a token")
+            .to_owned()
+    }
+
+    pub async fn purchase(&self, user: u64, product: u64, token: &str, quantity: u32) -> Response {
+        self.purchase_raw(
+            user,
+            &product.to_string(),
+            json!({"token": token, "quantity": quantity}),
+        )
+        .await
+    }
+
+    pub async fn purchase_raw(&self, user: u64, product: &str, body: Value) -> Response {
+        self.client
+            .post(format!(
+                "{}/api/v1/products/{product}/purchase",
+                self.address
+            ))
+            .header("X-User-Id", user.to_string())
+            .json(&body)
+            .send()
+            .await
+            .expect("the gateway answers")
+    }
+
+    /// Token and purchase in one go; returns the purchase's response.
+    pub async fn buy(&self, user: u64, product: u64) -> Response {
+        let token = self.token(user, product).await;
+        self.purchase(user, product, &token, 1).await
+    }
+
+    pub async fn order_status(&self, user: u64, order_token: &str) -> Response {
+        self.client
+            .get(format!("{}/api/v1/orders/{order_token}", self.address))
+            .header("X-User-Id", user.to_string())
+            .send()
+            .await
+            .expect("the gateway answers")
+    }
+
+    pub async fn admin_view(&self, product: u64) -> Value {
+        let response = self
+            .client
+            .get(format!("{}/admin/v1/products/{product}", self.address))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("the gateway answers");
+        assert_eq!(response.status(), StatusCode::OK);
+        body(response).await
+    }
+
+    /// Polls the order until it is confirmed, or panics after `timeout`.
+    pub async fn wait_confirmed(&self, user: u64, order_token: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let status = body(self.order_status(user, order_token).await).await;
+            if status["status"] == "confirmed" {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not confirmed in {timeout:?}: {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+pub async fn body(response: Response) -> Value {
+    response.json().await.expect("a JSON body")
+}
+
+/// Asserts the status and the API error code of a response.
+pub async fn assert_error(response: Response, status: StatusCode, code: &str) {
+    assert_eq!(response.status(), status);
+    let json = body(response).await;
+    assert_eq!(json["error"]["code"], code, "{json}");
+    assert!(json["error"]["message"].is_string(), "{json}");
+}

@@ -1,0 +1,9 @@
+//! The gateway's public contract (API.md), driven over HTTP against the real Redis,
+//! MariaDB and RocketMQ broker. Each test runs its own gateway on its own database, key
+//! prefix and topic.
+
+mod admin;
+mod bad_input;
+mod helpers;
+mod identity;
+mod purchase;

@@ -1,0 +1,166 @@
+use std::time::Duration;
+
+use futures::future::join_all;
+use reqwest::StatusCode;
+
+use crate::helpers::{assert_error, body, spawn_app, spawn_app_with, spawn_app_with_consumer};
+
+#[tokio::test]
+async fn a_purchase_is_queued_then_confirmed_with_stock_taken_on_both_sides() {
+    let app = spawn_app_with_consumer().await;
+    app.open_sale(1, 5, 1).await;
+
+    let response = app.buy(7, 1).await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let queued = body(response).await;
+    assert_eq!(queued["status"], "queued");
+    let order_token = queued["order_token"].as_str().unwrap().to_owned();
+
+    app.wait_confirmed(7, &order_token, Duration::from_secs(30))
+        .await;
+    let status = body(app.order_status(7, &order_token).await).await;
+    assert_eq!(status["product_id"], 1);
+    assert_eq!(status["quantity"], 1);
+    let view = app.admin_view(1).await;
+    assert_eq!(view["redis_stock"], 4);
+    assert_eq!(view["mysql_stock"], 4);
+    assert_eq!(view["orders"], 1);
+    assert_eq!(view["flows"], 1);
+}
+
+#[tokio::test]
+async fn purchase_with_a_used_token_is_rejected_as_duplicate() {
+    let app = spawn_app().await;
+    app.open_sale(1, 5, 5).await;
+    let token = app.token(7, 1).await;
+    assert_eq!(
+        app.purchase(7, 1, &token, 1).await.status(),
+        StatusCode::ACCEPTED
+    );
+    assert_error(
+        app.purchase(7, 1, &token, 1).await,
+        StatusCode::CONFLICT,
+        "DUPLICATE",
+    )
+    .await;
+    assert_eq!(app.admin_view(1).await["redis_stock"], 4);
+}
+
+#[tokio::test]
+async fn the_same_token_fired_100_times_in_parallel_is_accepted_once() {
+    let app = spawn_app_with(&[("SECKILL_RATE_LIMIT__USER_BURST", "1000")]).await;
+    app.open_sale(1, 50, 5).await;
+    let token = app.token(7, 1).await;
+    let answers = join_all((0..100).map(|_| app.purchase(7, 1, &token, 1))).await;
+    let accepted = answers
+        .iter()
+        .filter(|r| r.status() == StatusCode::ACCEPTED)
+        .count();
+    let duplicates = answers
+        .iter()
+        .filter(|r| r.status() == StatusCode::CONFLICT)
+        .count();
+    assert_eq!((accepted, duplicates), (1, 99));
+    assert_eq!(app.admin_view(1).await["redis_stock"], 49);
+}
+
+#[tokio::test]
+async fn a_buyer_at_the_per_user_limit_is_told_limit_exceeded() {
+    let app = spawn_app().await;
+    app.open_sale(1, 10, 2).await;
+    assert_eq!(app.buy(7, 1).await.status(), StatusCode::ACCEPTED);
+    assert_eq!(app.buy(7, 1).await.status(), StatusCode::ACCEPTED);
+    assert_error(app.buy(7, 1).await, StatusCode::CONFLICT, "LIMIT_EXCEEDED").await;
+    assert_eq!(app.admin_view(1).await["redis_stock"], 8);
+}
+
+#[tokio::test]
+async fn buyers_after_the_last_unit_are_told_sold_out_and_the_product_is_flagged() {
+    let app = spawn_app().await;
+    app.open_sale(1, 2, 1).await;
+    assert_eq!(app.buy(1, 1).await.status(), StatusCode::ACCEPTED);
+    assert_eq!(app.buy(2, 1).await.status(), StatusCode::ACCEPTED);
+    assert_error(app.buy(3, 1).await, StatusCode::CONFLICT, "SOLD_OUT").await;
+    let view = app.admin_view(1).await;
+    assert_eq!(view["redis_stock"], 0);
+    assert_eq!(view["sold_out"], true);
+
+    // A restock clears the flag and sells again.
+    let restock = app
+        .put_product(
+            1,
+            serde_json::json!({"name": "phone", "stock": 1, "per_user_limit": 1, "force": true}),
+        )
+        .await;
+    assert_eq!(restock.status(), StatusCode::OK);
+    assert_eq!(app.admin_view(1).await["sold_out"], false);
+    assert_eq!(app.buy(4, 1).await.status(), StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
+async fn a_buyer_cannot_see_another_buyers_order() {
+    let app = spawn_app().await;
+    app.open_sale(1, 5, 1).await;
+    let queued = body(app.buy(7, 1).await).await;
+    let order_token = queued["order_token"].as_str().unwrap();
+    assert_eq!(
+        app.order_status(7, order_token).await.status(),
+        StatusCode::OK
+    );
+    assert_error(
+        app.order_status(8, order_token).await,
+        StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+    )
+    .await;
+    assert_error(
+        app.order_status(7, "1-00000000000000000000000000000000")
+            .await,
+        StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_buyer_over_the_rate_limit_is_told_when_to_retry() {
+    let app = spawn_app_with(&[
+        ("SECKILL_RATE_LIMIT__USER_PER_SEC", "1"),
+        ("SECKILL_RATE_LIMIT__USER_BURST", "2"),
+    ])
+    .await;
+    app.open_sale(1, 5, 1).await;
+    app.token(7, 1).await;
+    app.token(7, 1).await;
+    let response = app.request_token(7, 1).await;
+    assert!(response.headers().contains_key("retry-after"));
+    assert_error(response, StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED").await;
+    // Another buyer is not affected.
+    assert_eq!(app.request_token(8, 1).await.status(), StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn tokens_are_refused_before_the_sale_opens_and_for_unknown_products() {
+    let app = spawn_app().await;
+    let starts = chrono::Utc::now() + chrono::Duration::hours(1);
+    let response = app
+        .put_product(
+            1,
+            serde_json::json!({"name": "later", "stock": 5, "per_user_limit": 1,
+                "starts_at": starts.to_rfc3339()}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_error(
+        app.request_token(7, 1).await,
+        StatusCode::FORBIDDEN,
+        "SALE_NOT_OPEN",
+    )
+    .await;
+    assert_error(
+        app.request_token(7, 2).await,
+        StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+    )
+    .await;
+}

@@ -1,0 +1,133 @@
+//! A key prefix per test: `t<12 random hex>` on the Redis at `SECKILL_TEST_REDIS_URL`
+//! (default `redis://127.0.0.1:16379`, the local stack's Redis), with a [`StockCache`] built
+//! on it. Every key the cache writes is `{<prefix>:<product>}:…`, so the test's keys are
+//! deleted when the [`TestRedis`] is dropped, and tests sharing one server never meet.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use stock_cache::StockCache;
+
+const DEFAULT_URL: &str = "redis://127.0.0.1:16379";
+/// Enough for a test that fires a few hundred calls at once; the server is shared.
+const POOL_SIZE: usize = 16;
+/// Generous: a loaded CI machine must not turn a slow answer into a failed test.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct TestRedis {
+    url: String,
+    prefix: String,
+    cache: StockCache,
+}
+
+impl std::fmt::Debug for TestRedis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestRedis")
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+impl TestRedis {
+    /// A fresh prefix and a cache on it. Panics when the server cannot be reached: a test
+    /// without its Redis cannot say anything useful.
+    pub fn new() -> Self {
+        let url = std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| DEFAULT_URL.into());
+        // 48 random bits: a collision between two live tests is not a practical concern.
+        let prefix = format!("t{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+        // The pool connects lazily; ask now so that a missing server fails here, clearly.
+        let mut probe = redis::Client::open(url.as_str())
+            .and_then(|client| client.get_connection())
+            .unwrap_or_else(|e| {
+                panic!(
+                    "connecting to {url} (is the local Redis up? `bash deploy/local/stack.sh up`): {e}"
+                )
+            });
+        let _: String = redis::cmd("PING")
+            .query(&mut probe)
+            .unwrap_or_else(|e| panic!("PING {url}: {e}"));
+        let cache = StockCache::new(&url, POOL_SIZE, &prefix, TIMEOUT)
+            .unwrap_or_else(|e| panic!("a stock cache on {url}: {e}"));
+        Self { url, prefix, cache }
+    }
+
+    pub fn cache(&self) -> &StockCache {
+        &self.cache
+    }
+
+    /// `t<12 hex>`: the first part of every hash tag this test's keys carry.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A connection of its own, for looking at (or damaging) keys behind the cache's back.
+    pub async fn connection(&self) -> MultiplexedConnection {
+        redis::Client::open(self.url.as_str())
+            .expect("a Redis client")
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.url))
+    }
+
+    /// Every key under this test's prefix (SCAN, never KEYS: the server is shared).
+    pub fn keys(&self) -> redis::RedisResult<Vec<String>> {
+        let mut conn = redis::Client::open(self.url.as_str())?.get_connection()?;
+        scan_prefix(&mut conn, &self.prefix)
+    }
+}
+
+impl Default for TestRedis {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for TestRedis {
+    fn drop(&mut self) {
+        // A blocking connection needs no runtime, so this works from inside a
+        // `#[tokio::test]` as well as after it; the few round trips block only briefly.
+        let deleted = redis::Client::open(self.url.as_str())
+            .and_then(|client| client.get_connection())
+            .and_then(|mut conn| {
+                let keys = scan_prefix(&mut conn, &self.prefix)?;
+                for chunk in keys.chunks(500) {
+                    let _: i64 = redis::cmd("DEL").arg(chunk).query(&mut conn)?;
+                }
+                Ok(())
+            });
+        if let Err(e) = deleted {
+            eprintln!(
+                "test-support: could not delete the keys of prefix {}: {e}",
+                self.prefix
+            );
+        }
+    }
+}
+
+fn scan_prefix(conn: &mut redis::Connection, prefix: &str) -> redis::RedisResult<Vec<String>> {
+    // The prefix is hex, so the pattern holds no glob characters but the final `*`.
+    let pattern = format!("{{{prefix}:*");
+    let mut keys = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query(conn)?;
+        keys.extend(page);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    keys.sort();
+    keys.dedup();
+    Ok(keys)
+}

@@ -1,0 +1,85 @@
+//! A whole isolated stack for one test: its own database, Redis key prefix, topic and
+//! groups on the shared servers, and the settings (or environment) a service needs to
+//! run on exactly that.
+
+use std::collections::BTreeMap;
+
+use platform::Settings;
+
+use crate::mysql::TestDb;
+use crate::redis::TestRedis;
+
+const DEFAULT_CONFIG: &str = include_str!("../../../config/default.toml");
+const DEFAULT_NAMESRV: &str = "127.0.0.1:19876";
+
+pub struct TestStack {
+    pub db: TestDb,
+    pub redis: TestRedis,
+    /// Unique per test: the topic and both groups, so no test sees another's messages.
+    pub suffix: String,
+}
+
+impl std::fmt::Debug for TestStack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestStack")
+            .field("suffix", &self.suffix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestStack {
+    pub async fn new() -> Self {
+        Self {
+            db: TestDb::create().await,
+            redis: TestRedis::new(),
+            suffix: format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff),
+        }
+    }
+
+    pub fn topic(&self) -> String {
+        format!("seckill-order-t{}", self.suffix)
+    }
+
+    /// `SECKILL_*` variables that point a service at this stack, with every listener on
+    /// port 0 (in-process services report the port they got) and quick test timings.
+    pub fn env(&self) -> BTreeMap<String, String> {
+        let namesrv =
+            std::env::var("SECKILL_TEST_NAMESRV").unwrap_or_else(|_| DEFAULT_NAMESRV.to_owned());
+        let pairs = [
+            ("SECKILL_MYSQL__URL", self.db.url().to_owned()),
+            ("SECKILL_MYSQL__POOL_SIZE", "4".to_owned()),
+            ("SECKILL_REDIS__URL", self.redis.url().to_owned()),
+            ("SECKILL_REDIS__KEY_PREFIX", self.redis.prefix().to_owned()),
+            ("SECKILL_REDIS__POOL_SIZE", "16".to_owned()),
+            ("SECKILL_ROCKETMQ__NAME_SERVER", namesrv),
+            ("SECKILL_ROCKETMQ__TOPIC", self.topic()),
+            (
+                "SECKILL_ROCKETMQ__PRODUCER_GROUP",
+                format!("seckill-gateway-t{}", self.suffix),
+            ),
+            (
+                "SECKILL_ROCKETMQ__CONSUMER_GROUP",
+                format!("seckill-consumer-t{}", self.suffix),
+            ),
+            ("SECKILL_ROCKETMQ__QUEUE_COUNT", "4".to_owned()),
+            ("SECKILL_GATEWAY__LISTEN", "127.0.0.1:0".to_owned()),
+            ("SECKILL_GATEWAY__SHUTDOWN_GRACE_SECS", "5".to_owned()),
+            ("SECKILL_CONSUMER__LISTEN", "127.0.0.1:0".to_owned()),
+            ("SECKILL_RECONCILE__LISTEN", "127.0.0.1:0".to_owned()),
+            ("SECKILL_RECONCILE__GRACE_SECS", "2".to_owned()),
+        ];
+        pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+    }
+
+    /// Settings for an in-process service: the shipped defaults, this stack, then `extra`
+    /// (`("SECKILL_SECTION__KEY", value)` pairs) on top.
+    pub fn settings(&self, extra: &[(&str, &str)]) -> Settings {
+        let mut env = self.env();
+        env.extend(
+            extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        Settings::from_sources(DEFAULT_CONFIG, env).expect("test settings are valid")
+    }
+}
