@@ -205,7 +205,15 @@ impl Auditor {
                 };
                 match classify(facts, now_ms, grace_ms) {
                     Some(DiscrepancyKind::MissingOrder) => {
-                        findings.push(self.repair_missing(token, flow, policy).await);
+                        let finding = self.repair_missing(token, flow, policy).await;
+                        if (finding.action, finding.outcome) == (Action::Restore, Outcome::Repaired)
+                        {
+                            // The flow is gone and its units are back in stock: the totals
+                            // below are read after the repair, so stop counting it.
+                            report.flows -= 1;
+                            report.flow_units -= i64::from(flow.quantity);
+                        }
+                        findings.push(finding);
                     }
                     Some(DiscrepancyKind::StockNotDeducted) => {
                         findings.push(self.repair_deduct(token).await);

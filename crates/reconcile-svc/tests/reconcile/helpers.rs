@@ -1,0 +1,163 @@
+use std::time::{Duration, Instant};
+
+use deadpool_redis::redis::AsyncCommands;
+use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
+use domain::{OrderPlaced, OrderToken, PreDeductOutcome, ProductId, UserId};
+use order_store::NewProduct;
+use platform::Settings;
+use reconcile_svc::report::{Outcome, Report};
+use reconcile_svc::{Application, Policy};
+use stock_cache::{LoadMode, LoadSpec};
+use test_support::service::InProcessService;
+use test_support::stack::TestStack;
+
+pub const PRODUCT: ProductId = ProductId(1);
+pub const STOCK: i64 = 10;
+
+pub struct Sale {
+    pub stack: TestStack,
+    grace_secs: &'static str,
+}
+
+impl Sale {
+    /// A product with `STOCK` units loaded on both sides; flows older than `grace_secs`
+    /// count as missing their order.
+    pub async fn open(grace_secs: &'static str) -> Self {
+        let stack = TestStack::new().await;
+        stack
+            .db
+            .db()
+            .put_product(
+                &NewProduct {
+                    id: PRODUCT,
+                    name: "phone".into(),
+                    initial_stock: STOCK,
+                    per_user_limit: 5,
+                    starts_at: None,
+                    ends_at: None,
+                },
+                false,
+            )
+            .await
+            .unwrap();
+        let spec = LoadSpec {
+            initial_stock: STOCK,
+            per_user_limit: 5,
+            starts_at_ms: 0,
+            ends_at_ms: 0,
+            sellable_stock: STOCK,
+            mode: LoadMode::Fresh,
+        };
+        stack
+            .redis
+            .cache()
+            .load_product(PRODUCT, &spec)
+            .await
+            .unwrap();
+        Self { stack, grace_secs }
+    }
+
+    pub fn settings(&self) -> Settings {
+        self.stack
+            .settings(&[("SECKILL_RECONCILE__GRACE_SECS", self.grace_secs)])
+    }
+
+    /// A unit reserved in Redis (a flow), as the gateway's pre-deduct leaves it.
+    pub async fn reserve(&self, user: u64) -> OrderToken {
+        let token = OrderToken::random(PRODUCT);
+        let outcome = self
+            .stack
+            .redis
+            .cache()
+            .pre_deduct(&token, UserId(user), 1)
+            .await
+            .unwrap();
+        assert!(matches!(outcome, PreDeductOutcome::Reserved { .. }));
+        token
+    }
+
+    /// The whole happy path without the broker: reserved, committed, ordered.
+    pub async fn sell(&self, user: u64) -> OrderToken {
+        let token = self.reserve(user).await;
+        assert!(self.stack.redis.cache().confirm(&token).await.unwrap());
+        self.write_order(&token, user).await;
+        token
+    }
+
+    pub async fn write_order(&self, token: &OrderToken, user: u64) {
+        let order = OrderPlaced::new(token.clone(), UserId(user), 1, 0);
+        self.stack.db.db().write_orders(&[order]).await.unwrap();
+    }
+
+    pub async fn sql(&self, statement: &str) {
+        let mut conn = AsyncMysqlConnection::establish(self.stack.db.url())
+            .await
+            .unwrap();
+        diesel::sql_query(statement)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+
+    pub async fn set_redis_stock(&self, stock: i64) {
+        let key = self.stack.redis.cache().keys(PRODUCT).stock;
+        let mut conn = self.stack.redis.connection().await;
+        let () = conn.set(key, stock).await.unwrap();
+    }
+
+    pub async fn redis_stock(&self) -> i64 {
+        self.stack
+            .redis
+            .cache()
+            .stock(PRODUCT)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    pub async fn mysql_stock(&self) -> i64 {
+        self.stack.db.db().stock(PRODUCT).await.unwrap().unwrap()
+    }
+
+    /// Runs the consumer until `token`'s order is in MySQL (or panics after 60 s).
+    pub async fn consume_until_ordered(&self, token: &OrderToken) {
+        let settings = self.stack.settings(&[]);
+        let _consumer = InProcessService::start("consumer", move |shutdown, port| async move {
+            let app = order_consumer_svc::Application::build(settings).await?;
+            let _ = port.send(app.port());
+            app.run_until_stopped(shutdown).await
+        })
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.stack.db.db().order(token).await.unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the re-published order never arrived"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// One reconcile run, on a thread and runtime of its own, as `reconcile-svc --once`
+/// would run it (the RocketMQ client's runtime must not be dropped inside the test's).
+pub async fn reconcile(settings: Settings, policy: Policy) -> anyhow::Result<Report> {
+    tokio::task::spawn_blocking(move || {
+        tokio::runtime::Runtime::new()?.block_on(async {
+            let app = Application::build(settings, Some(policy)).await?;
+            let report = app.auditor.run(policy, Some(PRODUCT)).await;
+            app.close().await;
+            report
+        })
+    })
+    .await?
+}
+
+/// The findings of a report, as (kind, outcome) pairs.
+pub fn findings(report: &Report) -> Vec<(&'static str, Outcome)> {
+    report
+        .discrepancies
+        .iter()
+        .map(|f| (f.kind.as_str(), f.outcome))
+        .collect()
+}

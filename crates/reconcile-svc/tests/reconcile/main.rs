@@ -1,0 +1,6 @@
+//! Reconcile against the real Redis, MariaDB and broker: each test injects one kind of
+//! inconsistency for real, runs the audit, checks the report and the repaired state, and
+//! runs it again to see that nothing is repaired twice.
+
+mod helpers;
+mod repairs;
