@@ -4,7 +4,7 @@
 -- ARGV[1]: order token   ARGV[2]: user id (decimal)   ARGV[3]: quantity (>= 1)
 -- Returns: {code, stock}: 1 reserved (stock = what is left), -1 duplicate token,
 --   -2 per-user limit exceeded, -3 sold out, -4 product not loaded, -5 sale not open,
---   -6 quantity above the per-user limit. Only code 1 writes anything.
+--   -6 quantity outside 1..=per-user limit. Only code 1 writes anything.
 local meta = redis.call('HMGET', KEYS[1], 'per_user_limit', 'starts_at_ms', 'ends_at_ms')
 local limit = tonumber(meta[1])
 local stock = tonumber(redis.call('GET', KEYS[2]))
@@ -20,7 +20,7 @@ if now < starts or (ends > 0 and now >= ends) then
   return {-5, stock}
 end
 local quantity = tonumber(ARGV[3])
-if quantity > limit then
+if not quantity or quantity < 1 or quantity > limit then
   return {-6, stock}
 end
 if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 or redis.call('HEXISTS', KEYS[5], ARGV[1]) == 1 then

@@ -15,7 +15,7 @@ pub enum PreDeductOutcome {
     NotLoaded,
     /// Outside the product's sale window.
     SaleNotOpen,
-    /// The quantity asked for is above the per-user limit: bad input, nothing was written.
+    /// The quantity asked for is outside 1..=per-user limit: bad input, nothing was written.
     QuantityAboveLimit,
 }
 

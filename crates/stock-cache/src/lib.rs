@@ -167,17 +167,19 @@ impl StockCache {
         let keys = self.keys(token.product_id());
         self.timed(async {
             let mut conn = self.connection().await?;
-            let (code, stock): (i64, i64) = scripts::PRE_DEDUCT
-                .key(&keys.meta)
-                .key(&keys.stock)
-                .key(&keys.flow)
-                .key(&keys.users)
-                .key(&keys.tomb)
-                .arg(token.to_string())
-                .arg(user.get())
-                .arg(quantity)
-                .invoke_async(&mut conn)
-                .await?;
+            let (code, stock): (i64, i64) = scripts::invoke(
+                scripts::PRE_DEDUCT
+                    .key(&keys.meta)
+                    .key(&keys.stock)
+                    .key(&keys.flow)
+                    .key(&keys.users)
+                    .key(&keys.tomb)
+                    .arg(token.to_string())
+                    .arg(user.get())
+                    .arg(quantity),
+                &mut conn,
+            )
+            .await?;
             PreDeductOutcome::from_script(code, stock)
                 .ok_or_else(|| CacheError::UnexpectedReply(format!("pre_deduct {code}")))
         })
@@ -189,12 +191,14 @@ impl StockCache {
         let keys = self.keys(token.product_id());
         self.timed(async {
             let mut conn = self.connection().await?;
-            let committed: i64 = scripts::CONFIRM
-                .key(&keys.flow)
-                .key(&keys.tomb)
-                .arg(token.to_string())
-                .invoke_async(&mut conn)
-                .await?;
+            let committed: i64 = scripts::invoke(
+                scripts::CONFIRM
+                    .key(&keys.flow)
+                    .key(&keys.tomb)
+                    .arg(token.to_string()),
+                &mut conn,
+            )
+            .await?;
             Ok(committed == 1)
         })
         .await
@@ -209,16 +213,18 @@ impl StockCache {
         let keys = self.keys(token.product_id());
         self.timed(async {
             let mut conn = self.connection().await?;
-            let code: i64 = scripts::RELEASE
-                .key(&keys.meta)
-                .key(&keys.stock)
-                .key(&keys.flow)
-                .key(&keys.users)
-                .key(&keys.tomb)
-                .arg(token.to_string())
-                .arg(reason)
-                .invoke_async(&mut conn)
-                .await?;
+            let code: i64 = scripts::invoke(
+                scripts::RELEASE
+                    .key(&keys.meta)
+                    .key(&keys.stock)
+                    .key(&keys.flow)
+                    .key(&keys.users)
+                    .key(&keys.tomb)
+                    .arg(token.to_string())
+                    .arg(reason),
+                &mut conn,
+            )
+            .await?;
             match code {
                 1 => Ok(ReleaseOutcome::Released),
                 0 => Ok(ReleaseOutcome::NothingReserved),
@@ -242,21 +248,23 @@ impl StockCache {
         };
         self.timed(async {
             let mut conn = self.connection().await?;
-            Ok(scripts::LOAD_PRODUCT
-                .key(&keys.meta)
-                .key(&keys.stock)
-                .key(&keys.flow)
-                .key(&keys.users)
-                .key(&keys.result)
-                .key(&keys.tomb)
-                .arg(spec.initial_stock)
-                .arg(spec.per_user_limit)
-                .arg(spec.starts_at_ms)
-                .arg(spec.ends_at_ms)
-                .arg(spec.sellable_stock)
-                .arg(mode)
-                .invoke_async(&mut conn)
-                .await?)
+            Ok(scripts::invoke(
+                scripts::LOAD_PRODUCT
+                    .key(&keys.meta)
+                    .key(&keys.stock)
+                    .key(&keys.flow)
+                    .key(&keys.users)
+                    .key(&keys.result)
+                    .key(&keys.tomb)
+                    .arg(spec.initial_stock)
+                    .arg(spec.per_user_limit)
+                    .arg(spec.starts_at_ms)
+                    .arg(spec.ends_at_ms)
+                    .arg(spec.sellable_stock)
+                    .arg(mode),
+                &mut conn,
+            )
+            .await?)
         })
         .await
     }

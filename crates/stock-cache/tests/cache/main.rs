@@ -1,0 +1,12 @@
+//! `StockCache` and the Lua scripts against the real Redis (`SECKILL_TEST_REDIS_URL`, default
+//! redis://127.0.0.1:16379; `bash deploy/local/stack.sh up` starts one). Every test has its
+//! own key prefix ([`test_support::redis::TestRedis`]), so they run in parallel.
+
+mod concurrency;
+mod confirm_release;
+mod helpers;
+mod isolation;
+mod load;
+mod pre_deduct;
+mod reads;
+mod scripts;
