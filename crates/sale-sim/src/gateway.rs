@@ -1,0 +1,226 @@
+//! The gateway's HTTP API as the simulation uses it: one typed call per endpoint, each
+//! answering either the success body or a [`Refusal`] that names the error code.
+
+use std::time::Duration;
+
+use reqwest::{Client, RequestBuilder};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+/// A request the gateway did not grant, reduced to what the report counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// `None` when no answer came back at all (connection refused, reset, timed out).
+    pub status: Option<u16>,
+    /// The API's error code, or a code of ours when the answer carried none:
+    /// `HTTP_<status>`, `TIMEOUT`, `NO_RESPONSE`, `BAD_RESPONSE`.
+    pub code: String,
+    pub message: String,
+}
+
+impl Refusal {
+    /// A failure of the service rather than an answer of the sale: a 5xx, no answer, or a
+    /// success whose body we could not read.
+    pub fn is_failure(&self) -> bool {
+        match self.status {
+            None => true,
+            Some(status) => status >= 500 || self.code == BAD_RESPONSE,
+        }
+    }
+}
+
+const BAD_RESPONSE: &str = "BAD_RESPONSE";
+
+pub type Reply<T> = Result<T, Refusal>;
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(Deserialize)]
+struct ErrorDetail {
+    code: String,
+    #[serde(default)]
+    message: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TokenIssued {
+    pub token: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Queued {
+    pub order_token: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct OrderStatus {
+    pub status: String,
+}
+
+/// `GET /admin/v1/products/{id}`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ProductState {
+    pub redis_stock: Option<i64>,
+    pub mysql_stock: Option<i64>,
+    pub flows: u64,
+    pub orders: i64,
+}
+
+/// One shared client (one connection pool) and where the gateway is.
+#[derive(Clone)]
+pub struct Gateway {
+    client: Client,
+    base: String,
+    admin_token: String,
+}
+
+impl Gateway {
+    /// `pool` idle connections are kept so every concurrent buyer reuses a warm one
+    /// instead of paying a TCP handshake per request.
+    pub fn new(base: &str, admin_token: &str, pool: usize) -> anyhow::Result<Self> {
+        let client = Client::builder()
+            .pool_max_idle_per_host(pool)
+            .timeout(Duration::from_secs(10))
+            // A proxy from the environment would sit between us and a local gateway.
+            .no_proxy()
+            .build()?;
+        Ok(Self {
+            client,
+            base: base.trim_end_matches('/').to_owned(),
+            admin_token: admin_token.to_owned(),
+        })
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// A fresh sale: `force` replaces whatever the product held, orders included.
+    pub async fn put_product(&self, product: u64, stock: i64, per_user_limit: u32) -> Reply<()> {
+        let request = self
+            .client
+            .put(format!("{}/admin/v1/products/{product}", self.base))
+            .bearer_auth(&self.admin_token)
+            .json(&json!({
+                "name": format!("sale-sim {product}"),
+                "stock": stock,
+                "per_user_limit": per_user_limit,
+                "force": true,
+            }));
+        send::<serde_json::Value>(request).await.map(drop)
+    }
+
+    pub async fn product_state(&self, product: u64) -> Reply<ProductState> {
+        let request = self
+            .client
+            .get(format!("{}/admin/v1/products/{product}", self.base))
+            .bearer_auth(&self.admin_token);
+        send(request).await
+    }
+
+    pub async fn issue_token(&self, product: u64, user: u64) -> Reply<TokenIssued> {
+        let request = self
+            .client
+            .post(format!("{}/api/v1/products/{product}/tokens", self.base))
+            .header("X-User-Id", user);
+        send(request).await
+    }
+
+    pub async fn purchase(&self, product: u64, user: u64, token: &str) -> Reply<Queued> {
+        let request = self
+            .client
+            .post(format!("{}/api/v1/products/{product}/purchase", self.base))
+            .header("X-User-Id", user)
+            .json(&json!({"token": token, "quantity": 1}));
+        send(request).await
+    }
+
+    pub async fn order_status(&self, user: u64, order_token: &str) -> Reply<OrderStatus> {
+        let request = self
+            .client
+            .get(format!("{}/api/v1/orders/{order_token}", self.base))
+            .header("X-User-Id", user);
+        send(request).await
+    }
+}
+
+async fn send<T: DeserializeOwned>(request: RequestBuilder) -> Reply<T> {
+    let response = request.send().await.map_err(|error| Refusal {
+        status: None,
+        code: if error.is_timeout() {
+            "TIMEOUT"
+        } else {
+            "NO_RESPONSE"
+        }
+        .to_owned(),
+        message: chain(&error),
+    })?;
+    let status = response.status();
+    let body = response.bytes().await.map_err(|error| Refusal {
+        status: Some(status.as_u16()),
+        code: if error.is_timeout() {
+            "TIMEOUT"
+        } else {
+            "NO_RESPONSE"
+        }
+        .to_owned(),
+        message: format!("the body did not arrive: {}", chain(&error)),
+    })?;
+    if status.is_success() {
+        return serde_json::from_slice(&body).map_err(|error| Refusal {
+            status: Some(status.as_u16()),
+            code: BAD_RESPONSE.to_owned(),
+            message: format!("unreadable {status} body: {error}"),
+        });
+    }
+    Err(match serde_json::from_slice::<ErrorBody>(&body) {
+        Ok(ErrorBody { error }) => Refusal {
+            status: Some(status.as_u16()),
+            code: error.code,
+            message: error.message,
+        },
+        Err(_) => Refusal {
+            status: Some(status.as_u16()),
+            code: format!("HTTP_{}", status.as_u16()),
+            message: String::from_utf8_lossy(&body).chars().take(200).collect(),
+        },
+    })
+}
+
+/// reqwest's top-level message hides the cause ("error sending request"); say it all.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(status: Option<u16>, code: &str) -> Refusal {
+        Refusal {
+            status,
+            code: code.into(),
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn only_server_errors_and_silence_are_failures() {
+        assert!(refusal(None, "TIMEOUT").is_failure());
+        assert!(refusal(Some(503), "UNAVAILABLE").is_failure());
+        assert!(refusal(Some(200), BAD_RESPONSE).is_failure());
+        assert!(!refusal(Some(409), "SOLD_OUT").is_failure());
+        assert!(!refusal(Some(429), "RATE_LIMITED").is_failure());
+    }
+}
