@@ -12,6 +12,7 @@ use order_queue::{MqRuntime, OrderPublisher};
 use order_store::Db;
 use platform::Settings;
 use platform::ops::{self, OpsState};
+use platform::runtime::SideRuntime;
 use platform::shutdown::Shutdown;
 use secrecy::ExposeSecret;
 use stock_cache::StockCache;
@@ -30,7 +31,7 @@ pub struct Application {
     publisher: Arc<OrderPublisher>,
     mq_runtime: MqRuntime,
     /// Runs confirm.lua for the broker's callbacks, which arrive on the client's threads.
-    confirm_runtime: tokio::runtime::Runtime,
+    confirm_runtime: SideRuntime,
     grace: Duration,
 }
 
@@ -63,17 +64,13 @@ impl Application {
             .context("cannot migrate MySQL")?;
         let db = Db::connect(mysql_url, settings.mysql.pool_size).context("cannot set up MySQL")?;
 
-        let confirm_runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("confirm")
-            .enable_all()
-            .build()
-            .context("cannot start the confirm runtime")?;
+        let confirm_runtime =
+            SideRuntime::new("confirm", 2).context("cannot start the confirm runtime")?;
         // Its own pool: connections live on the runtime that drives them.
         let confirm_cache = StockCache::new(&redis.url, 16, &redis.key_prefix, redis_timeout)?;
         let confirm = Arc::new(ConfirmInRedis {
             cache: confirm_cache,
-            runtime: confirm_runtime.handle().clone(),
+            runtime: confirm_runtime.handle(),
         });
         // The local transaction runs on the client's blocking pool, which rejects rather
         // than queues when full: size it for the number of concurrent sends.
@@ -162,7 +159,7 @@ impl Application {
         watchers.abort();
         self.publisher.shutdown().await;
         self.mq_runtime.shutdown().await;
-        self.confirm_runtime.shutdown_background();
+        drop(self.confirm_runtime);
         tracing::info!("Gateway stopped.");
         Ok(())
     }

@@ -9,6 +9,7 @@ use order_queue::{ConsumerTuning, MqRuntime, OrderSubscriber};
 use order_store::Db;
 use platform::Settings;
 use platform::ops::{self, OpsState};
+use platform::runtime::SideRuntime;
 use platform::shutdown::Shutdown;
 use secrecy::ExposeSecret;
 use stock_cache::StockCache;
@@ -22,7 +23,7 @@ pub struct Application {
     subscriber: OrderSubscriber,
     mq_runtime: MqRuntime,
     /// Runs the batch writes; the client's listener threads block on it.
-    writer_runtime: tokio::runtime::Runtime,
+    writer_runtime: SideRuntime,
 }
 
 fn connect(settings: &Settings, pool_size: usize) -> anyhow::Result<(Db, StockCache)> {
@@ -45,17 +46,13 @@ impl Application {
             .await
             .context("cannot migrate MySQL")?;
         let consumer = &settings.consumer;
-        let writer_runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("order-writer")
-            .enable_all()
-            .build()
-            .context("cannot start the writer runtime")?;
+        let writer_runtime =
+            SideRuntime::new("order-writer", 2).context("cannot start the writer runtime")?;
         let (db, cache) = connect(&settings, consumer.concurrency as usize + 2)?;
         let writer = Arc::new(OrderWriter {
             db,
             cache,
-            runtime: writer_runtime.handle().clone(),
+            runtime: writer_runtime.handle(),
         });
 
         let mq_runtime =
@@ -115,7 +112,7 @@ impl Application {
         self.mq_runtime.shutdown().await;
         self.ops_handle.stop(true).await;
         let _ = ops.await;
-        self.writer_runtime.shutdown_background();
+        drop(self.writer_runtime);
         tracing::info!("Order consumer stopped.");
         Ok(())
     }

@@ -5,9 +5,11 @@
 //! - [`telemetry`]: tracing subscriber (text or JSON) wired to OpenTelemetry.
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token every task can watch.
 //! - [`ops`]: `/healthz`, `/readyz` and `/metrics`, for mounting or as a small server.
+//! - [`runtime`]: a side runtime for the work the RocketMQ client hands over on its threads.
 
 pub mod auth;
 pub mod ops;
+pub mod runtime;
 pub mod settings;
 pub mod shutdown;
 pub mod telemetry;
