@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::{SecondsFormat, Utc};
 use domain::reconcile::{DiscrepancyKind, FlowFact, TokenFacts, classify, drift};
-use domain::{FlowRecord, OrderPlaced, OrderToken, ProductId};
+use domain::{FlowRecord, FlowState, OrderPlaced, OrderToken, ProductId};
 use order_queue::OrderPublisher;
 use order_store::{Db, DiscrepancyRecord, RunStatus};
 use stock_cache::{ReleaseOutcome, StockCache};
@@ -67,6 +67,34 @@ pub struct Auditor {
     /// Who holds the lease: host and pid, for the operator who finds it taken.
     pub holder: String,
     pub lease_ttl: Duration,
+    /// Classify and report only: every repair answers what it would do.
+    pub dry_run: bool,
+}
+
+/// A repair an operator asks for by hand, for one order token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManualAction {
+    /// confirm.lua, then send the order again.
+    Republish,
+    /// release.lua: the unit back on sale (refused once the flow is committed).
+    Release,
+    /// RECONCILE_DEDUCT for an order whose stock was never deducted.
+    Deduct,
+}
+
+impl FromStr for ManualAction {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "republish" => Ok(Self::Republish),
+            "release" => Ok(Self::Release),
+            "deduct" => Ok(Self::Deduct),
+            other => Err(format!(
+                "unknown action `{other}` (republish, release or deduct)"
+            )),
+        }
+    }
 }
 
 impl Auditor {
@@ -91,14 +119,19 @@ impl Auditor {
     async fn run_leased(&self, policy: Policy, only: Option<ProductId>) -> anyhow::Result<Report> {
         let started = std::time::Instant::now();
         let started_at = now_rfc3339();
-        let run_id = self.db.start_run(policy.as_str(), only).await?;
+        let label = if self.dry_run {
+            "dry-run"
+        } else {
+            policy.as_str()
+        };
+        let run_id = self.db.start_run(label, only).await?;
         let products = match only {
             Some(product) => vec![product],
             None => self.db.product_ids().await?,
         };
         let mut report = Report {
             run_id,
-            policy: policy.as_str().to_owned(),
+            policy: label.to_owned(),
             started_at,
             finished_at: String::new(),
             status: String::new(),
@@ -180,6 +213,10 @@ impl Auditor {
         };
         let grace_ms = i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX);
         let now_ms = Utc::now().timestamp_millis();
+        // Redis stock before the scan: if it moves during the scan (buyers, releases other
+        // than ours), the scanned flows and the stock are from different moments.
+        let redis_stock_before = self.cache.stock(product).await?;
+        let mut restored_units = 0;
 
         // Pass 1: every flow against MySQL. HSCAN may return a field twice while Redis
         // rehashes; repairs are idempotent, so the worst is a count off by a little.
@@ -212,6 +249,7 @@ impl Auditor {
                             // below are read after the repair, so stop counting it.
                             report.flows -= 1;
                             report.flow_units -= i64::from(flow.quantity);
+                            restored_units += i64::from(flow.quantity);
                         }
                         findings.push(finding);
                     }
@@ -277,38 +315,142 @@ impl Auditor {
 
         // Totals, read after the repairs above.
         report.redis_stock = self.cache.stock(product).await?;
-        report.mysql_stock = self.db.stock(product).await?;
-        if let (Some(meta), Some(stock)) = (&meta, report.redis_stock)
-            && let Some(gap) = drift(meta.initial_stock, stock, report.flow_units)
-        {
-            findings.push(reported(
-                product,
-                DiscrepancyKind::RedisDrift,
-                None,
-                &format!(
-                    "redis stock {stock} + flow units {} - initial {} = {gap}",
-                    report.flow_units, meta.initial_stock
-                ),
-            ));
+        let redis_settled = redis_stock_before.map(|s| s + restored_units) == report.redis_stock;
+        match (&meta, report.redis_stock) {
+            (Some(meta), Some(stock)) if redis_settled => {
+                if let Some(gap) = drift(meta.initial_stock, stock, report.flow_units) {
+                    findings.push(reported(
+                        product,
+                        DiscrepancyKind::RedisDrift,
+                        None,
+                        &format!(
+                            "redis stock {stock} + flow units {} - initial {} = {gap}",
+                            report.flow_units, meta.initial_stock
+                        ),
+                    ));
+                }
+            }
+            (Some(_), Some(_)) => {
+                report.redis_live = true;
+                tracing::info!(product_id = %product, "Redis stock moved during the scan; its drift check waits for a quiet run.");
+            }
+            _ => {}
         }
-        let ordered_units = self.db.ordered_units(product).await?;
-        if let Some(stock) = report.mysql_stock
-            && let Some(gap) = drift(row.initial_stock, stock, ordered_units)
-        {
-            findings.push(reported(
-                product,
-                DiscrepancyKind::MysqlDrift,
-                None,
-                &format!(
-                    "mysql stock {stock} + ordered units {ordered_units} - initial {} = {gap}",
-                    row.initial_stock
-                ),
-            ));
+        if let Some((stock, ordered)) = self.db.stock_and_ordered(product).await? {
+            report.mysql_stock = Some(stock);
+            if let Some(gap) = drift(row.initial_stock, stock, ordered) {
+                findings.push(reported(
+                    product,
+                    DiscrepancyKind::MysqlDrift,
+                    None,
+                    &format!(
+                        "mysql stock {stock} + ordered units {ordered} - initial {} = {gap}",
+                        row.initial_stock
+                    ),
+                ));
+            }
         }
         for finding in findings.iter() {
-            *report.found.entry(finding.kind.as_str()).or_default() += 1;
+            *report
+                .found
+                .entry(finding.kind.as_str().to_owned())
+                .or_default() += 1;
         }
         Ok(Some(report))
+    }
+
+    /// One repair an operator asked for, under the lease and recorded as a run of its own.
+    pub async fn repair_token(
+        &self,
+        token: &OrderToken,
+        action: ManualAction,
+    ) -> anyhow::Result<Finding> {
+        if !self
+            .db
+            .try_lease(LEASE, &self.holder, self.lease_ttl)
+            .await
+            .context("cannot take the reconcile lease")?
+        {
+            anyhow::bail!("a reconcile run holds the lease; try again when it has finished");
+        }
+        let result = self.repair_token_leased(token, action).await;
+        if let Err(error) = self.db.release_lease(LEASE, &self.holder).await {
+            tracing::warn!(error = ?error, "Cannot release the reconcile lease; it expires by itself.");
+        }
+        result
+    }
+
+    async fn repair_token_leased(
+        &self,
+        token: &OrderToken,
+        action: ManualAction,
+    ) -> anyhow::Result<Finding> {
+        let product = token.product_id();
+        let flow = self.cache.order_view(token).await?.flow;
+        let finding = match (action, flow) {
+            (ManualAction::Deduct, _) => {
+                if self.db.order(token).await?.is_none() {
+                    anyhow::bail!("there is no order {token} in MySQL: nothing to deduct for");
+                }
+                self.repair_deduct(token).await
+            }
+            (ManualAction::Republish, Some(flow)) => self.republish(token, &flow).await,
+            (ManualAction::Release, Some(flow)) => self.restore(token, &flow).await,
+            (_, None) => anyhow::bail!("there is no flow {token} in Redis: nothing to {action:?}"),
+        };
+        let label = if self.dry_run { "dry-run" } else { "manual" };
+        let run_id = self.db.start_run(label, Some(product)).await?;
+        self.record(run_id, std::slice::from_ref(&finding)).await;
+        let status = match finding.outcome {
+            Outcome::Repaired | Outcome::AlreadySettled => RunStatus::Repaired,
+            Outcome::Unresolved | Outcome::WouldRepair => RunStatus::Unresolved,
+        };
+        let report = Report {
+            run_id,
+            policy: label.to_owned(),
+            started_at: now_rfc3339(),
+            finished_at: now_rfc3339(),
+            status: status.as_str().to_owned(),
+            products: Vec::new(),
+            discrepancies: vec![finding.clone()],
+        };
+        let json = serde_json::to_string(&report).expect("a report always serialises");
+        self.db.finish_run(run_id, status, &json).await?;
+        Ok(finding)
+    }
+
+    async fn restore(&self, token: &OrderToken, flow: &FlowRecord) -> Finding {
+        let finding = |outcome, detail: String| Finding {
+            product_id: token.product_id().get(),
+            kind: DiscrepancyKind::MissingOrder,
+            order_token: Some(token.to_string()),
+            action: Action::Restore,
+            outcome,
+            detail,
+        };
+        if self.dry_run {
+            return match flow.state {
+                FlowState::Reserved => finding(
+                    Outcome::WouldRepair,
+                    "would release the unit back on sale".into(),
+                ),
+                FlowState::Committed => finding(
+                    Outcome::Unresolved,
+                    "committed: release would be refused".into(),
+                ),
+            };
+        }
+        match self.cache.release(token, "reconcile_restore").await {
+            Ok(ReleaseOutcome::Released) => finding(Outcome::Repaired, "unit back on sale".into()),
+            Ok(ReleaseOutcome::NothingReserved) => {
+                finding(Outcome::AlreadySettled, "the flow was gone".into())
+            }
+            Ok(ReleaseOutcome::AlreadyCommitted) => finding(
+                Outcome::Unresolved,
+                "the flow is committed: its order must arrive, so the unit stays sold".into(),
+            ),
+            Err(error) => finding(Outcome::Unresolved, format!("release failed: {error}")),
+        }
     }
 
     async fn repair_missing(
@@ -332,25 +474,15 @@ impl Auditor {
                 "left for a person by policy".into(),
             ),
             Policy::Republish => self.republish(token, flow).await,
-            Policy::Restore => match self.cache.release(token, "reconcile_restore").await {
-                Ok(ReleaseOutcome::Released) => finding(
-                    Action::Restore,
-                    Outcome::Repaired,
-                    "unit back on sale".into(),
-                ),
-                Ok(ReleaseOutcome::NothingReserved) => finding(
-                    Action::Restore,
-                    Outcome::AlreadySettled,
-                    "the flow was gone".into(),
-                ),
+            Policy::Restore => {
+                let restored = self.restore(token, flow).await;
                 // A committed message must become an order: restoring would sell twice.
-                Ok(ReleaseOutcome::AlreadyCommitted) => self.republish(token, flow).await,
-                Err(error) => finding(
-                    Action::Restore,
-                    Outcome::Unresolved,
-                    format!("release failed: {error}"),
-                ),
-            },
+                if flow.state == FlowState::Committed && !self.dry_run {
+                    self.republish(token, flow).await
+                } else {
+                    restored
+                }
+            }
         }
     }
 
@@ -364,6 +496,9 @@ impl Auditor {
             outcome,
             detail,
         };
+        if self.dry_run {
+            return finding(Outcome::WouldRepair, "would confirm and re-publish".into());
+        }
         match self.cache.confirm(token).await {
             Ok(true) => {}
             Ok(false) => {
@@ -390,16 +525,25 @@ impl Auditor {
     }
 
     async fn repair_deduct(&self, token: &OrderToken) -> Finding {
-        let (outcome, detail) = match self.db.deduct_for_order(token).await {
-            Ok(true) => (
-                Outcome::Repaired,
-                "stock deducted (RECONCILE_DEDUCT)".to_owned(),
-            ),
-            Ok(false) => (
-                Outcome::AlreadySettled,
-                "a stock_flow exists already".to_owned(),
-            ),
-            Err(error) => (Outcome::Unresolved, format!("deduct failed: {error}")),
+        let planned = self.dry_run.then(|| {
+            (
+                Outcome::WouldRepair,
+                "would deduct (RECONCILE_DEDUCT)".to_owned(),
+            )
+        });
+        let (outcome, detail) = match planned {
+            Some(plan) => plan,
+            None => match self.db.deduct_for_order(token).await {
+                Ok(true) => (
+                    Outcome::Repaired,
+                    "stock deducted (RECONCILE_DEDUCT)".to_owned(),
+                ),
+                Ok(false) => (
+                    Outcome::AlreadySettled,
+                    "a stock_flow exists already".to_owned(),
+                ),
+                Err(error) => (Outcome::Unresolved, format!("deduct failed: {error}")),
+            },
         };
         Finding {
             product_id: token.product_id().get(),

@@ -10,5 +10,5 @@ pub mod audit;
 pub mod report;
 pub mod startup;
 
-pub use audit::{Auditor, Policy};
+pub use audit::{Auditor, ManualAction, Policy};
 pub use startup::Application;

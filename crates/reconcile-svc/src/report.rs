@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use domain::reconcile::DiscrepancyKind;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub run_id: u64,
     pub policy: String,
@@ -18,7 +18,7 @@ pub struct Report {
     pub discrepancies: Vec<Finding>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ProductReport {
     pub product_id: u64,
     pub initial_stock: i64,
@@ -30,11 +30,15 @@ pub struct ProductReport {
     pub ordered_units: i64,
     /// Flows younger than the grace window, left alone this run.
     pub in_flight: u64,
-    pub found: BTreeMap<&'static str, u64>,
+    /// Redis stock moved while the flows were scanned (a sale in progress): its drift
+    /// was not judged this run.
+    #[serde(default)]
+    pub redis_live: bool,
+    pub found: BTreeMap<String, u64>,
 }
 
 /// One discrepancy and what was done about it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Finding {
     pub product_id: u64,
     pub kind: DiscrepancyKind,
@@ -44,7 +48,7 @@ pub struct Finding {
     pub detail: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     Republish,
@@ -53,7 +57,7 @@ pub enum Action {
     Report,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Repaired,
@@ -61,6 +65,8 @@ pub enum Outcome {
     AlreadySettled,
     /// Left for a person: reported, or a repair that failed.
     Unresolved,
+    /// A dry run: this is what a real run would do; nothing was changed.
+    WouldRepair,
 }
 
 impl Action {
@@ -80,15 +86,17 @@ impl Outcome {
             Self::Repaired => "repaired",
             Self::AlreadySettled => "already_settled",
             Self::Unresolved => "unresolved",
+            Self::WouldRepair => "would_repair",
         }
     }
 }
 
 impl Report {
+    /// Discrepancies left as they were: reported, failed, or only planned by a dry run.
     pub fn unresolved(&self) -> usize {
         self.discrepancies
             .iter()
-            .filter(|f| f.outcome == Outcome::Unresolved)
+            .filter(|f| matches!(f.outcome, Outcome::Unresolved | Outcome::WouldRepair))
             .count()
     }
 

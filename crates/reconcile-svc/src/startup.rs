@@ -7,7 +7,7 @@ use std::time::Duration;
 use actix_web::{HttpRequest, HttpResponse, web};
 use anyhow::Context;
 use chrono::Utc;
-use domain::{OrderPlaced, OrderToken, ProductId};
+use domain::{OrderPlaced, OrderToken};
 use order_queue::{LocalTransaction, MqRuntime, OrderPublisher, TxDecision};
 use order_store::Db;
 use platform::Settings;
@@ -41,7 +41,13 @@ pub struct Application {
 }
 
 impl Application {
-    pub async fn build(settings: Settings, policy: Option<Policy>) -> anyhow::Result<Self> {
+    /// `policy` overrides the configured one; `dry_run` makes every repair only say what it
+    /// would do.
+    pub async fn build(
+        settings: Settings,
+        policy: Option<Policy>,
+        dry_run: bool,
+    ) -> anyhow::Result<Self> {
         let policy = match policy {
             Some(policy) => policy,
             None => Policy::from_str(&settings.reconcile.policy).map_err(anyhow::Error::msg)?,
@@ -80,6 +86,7 @@ impl Application {
             scan_batch: settings.reconcile.scan_batch.max(1),
             holder,
             lease_ttl: Duration::from_secs(15 * 60),
+            dry_run,
         });
         Ok(Self {
             auditor,
@@ -200,9 +207,4 @@ async fn latest_run(state: web::Data<ReportState>, request: HttpRequest) -> Http
             )
         }
     }
-}
-
-/// `--product` as a u64.
-pub fn parse_product(raw: &str) -> Result<ProductId, String> {
-    raw.parse().map_err(|e| format!("{e}"))
 }

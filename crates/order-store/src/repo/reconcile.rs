@@ -266,6 +266,44 @@ impl Db {
             .transpose()
     }
 
+    /// MySQL's stock and the units ordered, read in ONE statement so that both come from
+    /// the same snapshot: read apart, an order written in between looks like drift.
+    /// `None` for a product without a stock row.
+    pub async fn stock_and_ordered(&self, product: ProductId) -> Result<Option<(i64, i64)>> {
+        #[derive(QueryableByName)]
+        struct Totals {
+            #[diesel(sql_type = BigInt)]
+            stock: i64,
+            #[diesel(sql_type = BigInt)]
+            ordered: i64,
+        }
+        let mut conn = self.conn().await?;
+        let totals = diesel::sql_query(
+            "SELECT ps.stock AS stock, \
+             (SELECT CAST(COALESCE(SUM(o.quantity), 0) AS SIGNED) FROM orders o \
+              WHERE o.product_id = ps.product_id) AS ordered \
+             FROM product_stock ps WHERE ps.product_id = ?",
+        )
+        .bind::<Unsigned<BigInt>, _>(product.get())
+        .get_result::<Totals>(&mut conn)
+        .await
+        .optional()?;
+        Ok(totals.map(|t| (t.stock, t.ordered)))
+    }
+
+    /// One run by id.
+    pub async fn run(&self, run_id: u64) -> Result<Option<RunRow>> {
+        let mut conn = self.conn().await?;
+        let raw = reconcile_run::table
+            .find(run_id)
+            .select(RawRun::as_select())
+            .first(&mut conn)
+            .await
+            .optional()?;
+        raw.map(|raw| RunRow::try_from(raw).map_err(StoreError::InvalidData))
+            .transpose()
+    }
+
     /// The discrepancies recorded for a run, in the order they were recorded.
     pub async fn discrepancies(&self, run_id: u64) -> Result<Vec<DiscrepancyRow>> {
         let mut conn = self.conn().await?;

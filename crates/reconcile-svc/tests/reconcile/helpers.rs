@@ -1,3 +1,4 @@
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use deadpool_redis::redis::AsyncCommands;
@@ -5,8 +6,8 @@ use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
 use domain::{OrderPlaced, OrderToken, PreDeductOutcome, ProductId, UserId};
 use order_store::NewProduct;
 use platform::Settings;
-use reconcile_svc::report::{Outcome, Report};
-use reconcile_svc::{Application, Policy};
+use reconcile_svc::report::{Finding, Outcome, Report};
+use reconcile_svc::{Application, ManualAction, Policy};
 use stock_cache::{LoadMode, LoadSpec};
 use test_support::service::InProcessService;
 use test_support::stack::TestStack;
@@ -58,8 +59,13 @@ impl Sale {
     }
 
     pub fn settings(&self) -> Settings {
-        self.stack
-            .settings(&[("SECKILL_RECONCILE__GRACE_SECS", self.grace_secs)])
+        self.settings_with(&[])
+    }
+
+    pub fn settings_with(&self, extra: &[(&str, &str)]) -> Settings {
+        let mut all = vec![("SECKILL_RECONCILE__GRACE_SECS", self.grace_secs)];
+        all.extend_from_slice(extra);
+        self.stack.settings(&all)
     }
 
     /// A unit reserved in Redis (a flow), as the gateway's pre-deduct leaves it.
@@ -121,19 +127,24 @@ impl Sale {
 
     /// Runs the consumer until `token`'s order is in MySQL (or panics after 60 s).
     pub async fn consume_until_ordered(&self, token: &OrderToken) {
-        let settings = self.stack.settings(&[]);
-        let _consumer = InProcessService::start("consumer", move |shutdown, port| async move {
+        let _consumer = self.start_consumer(&[]).await;
+        self.wait_ordered(token, Duration::from_secs(60)).await;
+    }
+
+    pub async fn start_consumer(&self, extra: &[(&str, &str)]) -> InProcessService {
+        let settings = self.stack.settings(extra);
+        InProcessService::start("consumer", move |shutdown, port| async move {
             let app = order_consumer_svc::Application::build(settings).await?;
             let _ = port.send(app.port());
             app.run_until_stopped(shutdown).await
         })
-        .await;
-        let deadline = Instant::now() + Duration::from_secs(60);
+        .await
+    }
+
+    pub async fn wait_ordered(&self, token: &OrderToken, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
         while self.stack.db.db().order(token).await.unwrap().is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "the re-published order never arrived"
-            );
+            assert!(Instant::now() < deadline, "the order never arrived");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -142,12 +153,60 @@ impl Sale {
 /// One reconcile run, on a thread and runtime of its own, as `reconcile-svc --once`
 /// would run it (the RocketMQ client's runtime must not be dropped inside the test's).
 pub async fn reconcile(settings: Settings, policy: Policy) -> anyhow::Result<Report> {
+    with_app(settings, Some(policy), false, move |app| {
+        Box::pin(async move { app.auditor.run(policy, Some(PRODUCT)).await })
+    })
+    .await
+}
+
+/// `reconcile-svc --once --dry-run`.
+pub async fn dry_run(settings: Settings, policy: Policy) -> anyhow::Result<Report> {
+    with_app(settings, Some(policy), true, move |app| {
+        Box::pin(async move { app.auditor.run(policy, Some(PRODUCT)).await })
+    })
+    .await
+}
+
+/// `reconcile-svc repair --token T --action A`.
+pub async fn repair(
+    settings: Settings,
+    token: OrderToken,
+    action: ManualAction,
+) -> anyhow::Result<Finding> {
+    with_app(settings, None, false, move |app| {
+        Box::pin(async move { app.auditor.repair_token(&token, action).await })
+    })
+    .await
+}
+
+type Job<T> = Box<
+    dyn for<'a> FnOnce(
+            &'a Application,
+        ) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<T>> + 'a>>
+        + Send,
+>;
+
+async fn with_app<T, F>(
+    settings: Settings,
+    policy: Option<Policy>,
+    dry_run: bool,
+    job: F,
+) -> anyhow::Result<T>
+where
+    T: Send + 'static,
+    F: for<'a> FnOnce(
+            &'a Application,
+        ) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<T>> + 'a>>
+        + Send
+        + 'static,
+{
+    let job: Job<T> = Box::new(job);
     tokio::task::spawn_blocking(move || {
         tokio::runtime::Runtime::new()?.block_on(async {
-            let app = Application::build(settings, Some(policy)).await?;
-            let report = app.auditor.run(policy, Some(PRODUCT)).await;
+            let app = Application::build(settings, policy, dry_run).await?;
+            let result = job(&app).await;
             app.close().await;
-            report
+            result
         })
     })
     .await?

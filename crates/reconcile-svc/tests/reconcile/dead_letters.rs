@@ -1,0 +1,45 @@
+//! An order whose message exhausted its retries sits in the DLQ, out of the consumer's
+//! reach; reconcile sees its flow without an order and sends it again.
+
+use std::time::Duration;
+
+use reconcile_svc::Policy;
+use reconcile_svc::report::Outcome;
+
+use crate::helpers::{STOCK, Sale, findings, reconcile};
+
+#[tokio::test]
+async fn an_order_dead_lettered_after_its_retries_is_found_and_republished() {
+    let sale = Sale::open("1").await;
+    let token = sale.reserve(2).await;
+    assert!(sale.stack.redis.cache().confirm(&token).await.unwrap());
+    // MySQL refuses the order (no stock there) until a person fixes it.
+    sale.sql("UPDATE product_stock SET stock = 0").await;
+    let _consumer = sale
+        .start_consumer(&[("SECKILL_CONSUMER__MAX_RECONSUME_TIMES", "1")])
+        .await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+
+    // The first send: delivered, refused, retried once after the broker's 10 s, refused
+    // again, dead-lettered.
+    let first = reconcile(sale.settings(), Policy::Republish).await.unwrap();
+    // MySQL's stock was zeroed by hand, so its drift is reported too.
+    assert_eq!(
+        findings(&first),
+        [
+            ("missing_order", Outcome::Repaired),
+            ("mysql_drift", Outcome::Unresolved)
+        ]
+    );
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    sale.sql(&format!("UPDATE product_stock SET stock = {STOCK}"))
+        .await;
+    // The next retry would have come 30 s after the last; none comes: it is in the DLQ.
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    assert!(sale.stack.db.db().order(&token).await.unwrap().is_none());
+
+    let second = reconcile(sale.settings(), Policy::Republish).await.unwrap();
+    assert_eq!(findings(&second), [("missing_order", Outcome::Repaired)]);
+    sale.wait_ordered(&token, Duration::from_secs(30)).await;
+    assert_eq!(sale.mysql_stock().await, STOCK - 1);
+}
