@@ -13,13 +13,13 @@ export BIN_DIR ?= $(CARGO_TARGET_DIR)/release
 STACK := deploy/local/stack.sh
 SERVICES := deploy/local/services.sh
 
-.PHONY: help stack stack-down build run stop stop-all demo test lint
+.PHONY: help stack stack-down build run stop stop-all demo bench test lint k8s-lint e2e
 
 ##@ Help
 
 help: ## Show the targets
 	@awk 'BEGIN { FS = ":.*## "; printf "Usage:\n  make \033[36m<target>\033[0m\n" } \
-		/^[a-zA-Z0-9_-]+:.*## / { printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2 } \
+		/^[a-zA-Z0-9_-]+:.*## / { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } \
 		/^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 ##@ Local run
@@ -46,6 +46,9 @@ stop-all: ## Stop the services and the stack
 demo: stack build ## Run a simulated sale (5000 buyers, 500 units) and print the reconcile report
 	deploy/local/demo.sh
 
+bench: stack build ## Measure a sale through the services and a 1M-flow reconcile audit; writes BENCHMARKS.md
+	deploy/bench/run.sh
+
 ##@ Checks
 
 test: export SECKILL_TEST_REDIS_URL ?= redis://127.0.0.1:16379
@@ -58,8 +61,31 @@ test: ## Everything CI runs: fmt, clippy, the stack, the debug binaries, cargo t
 	cargo build --workspace --bins
 	cargo test --workspace
 
-lint: ## fmt check, clippy, shellcheck
+lint: ## fmt check, clippy, shellcheck, and k8s-lint
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	deploy/local/ensure-tools.sh shellcheck
-	shellcheck deploy/local/*.sh .ci/run
+	shellcheck deploy/local/*.sh deploy/*.sh deploy/e2e/*.sh .ci/run
+	deploy/k8s-lint.sh
+
+# The dashboard and the alert rules are checked with the rest of `make lint`.
+.PHONY: lint-observability
+lint: lint-observability
+
+lint-observability: ## Grafana dashboard (JSON, PromQL, coverage) and Prometheus rules (promtool check + unit tests)
+	deploy/local/ensure-tools.sh python3 shellcheck
+	deploy/prometheus/ensure-promtool.sh
+	shellcheck deploy/prometheus/*.sh
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts.test.yml
+	promtool check config deploy/prometheus/prometheus.yml
+	python3 deploy/prometheus/check-series.py
+	python3 deploy/grafana/check-dashboard.py
+
+k8s-lint: ## Render every k8s overlay, validate it (kubernetes-validate --strict), checkov it and the Dockerfile
+	deploy/k8s-lint.sh
+
+##@ Kubernetes
+
+e2e: ## kind cluster: images, k8s/overlays/kind, a sale with the consumer scaled 1→3, reconcile (needs docker + kind; DRY_RUN=1 prints the steps, KEEP=1 keeps the cluster)
+	deploy/e2e/kind-e2e.sh

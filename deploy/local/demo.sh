@@ -15,6 +15,12 @@ trap 'exit 143' TERM
 
 "${here}/services.sh" start
 
+echo
+echo "== where to look =="
+echo "metrics:   http://${SECKILL_GATEWAY__LISTEN:-127.0.0.1:8080}/metrics · http://${SECKILL_CONSUMER__LISTEN:-127.0.0.1:8081}/metrics · http://${SECKILL_RECONCILE__LISTEN:-127.0.0.1:8082}/metrics"
+echo "traces:    ${OTEL_EXPORTER_OTLP_ENDPOINT:-not exported (set OTEL_EXPORTER_OTLP_ENDPOINT=http://<collector>:4318)}"
+echo "dashboard: deploy/grafana/seckill-sale.json · alerts: deploy/prometheus/alerts.yml"
+
 cd "$repo"
 echo
 echo "== simulated sale: 5000 buyers, 500 units =="

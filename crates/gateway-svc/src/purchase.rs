@@ -2,14 +2,23 @@
 //! the Lua pre-deduct first (the crowd stops there), then — winners only — the
 //! transactional message, whose local transaction is `confirm.lua`. A send that fails
 //! runs `release.lua`, which refuses to give back a unit a check-back has committed.
+//!
+//! Spans (children of the request's): `lua.pre_deduct`, `mq.send_half` and, inside it, the
+//! `local_transaction` (run by the client on its own thread, attached through
+//! [`SendSpans`]) with its `lua.confirm`; `lua.release` after a failed send. A broker
+//! check-back arrives with nothing but the order token: it starts a trace of its own that
+//! names the token.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use domain::{OrderPlaced, PreDeductOutcome, PurchaseClaims};
+use domain::{OrderPlaced, OrderToken, PreDeductOutcome, PurchaseClaims};
 use order_queue::{LocalTransaction, OrderPublisher, TxDecision};
+use platform::telemetry::{ORDER_TOKEN_ATTRIBUTE, annotate, short_token};
 use stock_cache::{ReleaseOutcome, StockCache};
 use tokio::runtime::Handle;
+use tracing::Instrument;
 
 use crate::error::ApiError;
 use crate::sold_out::SoldOutFlags;
@@ -18,10 +27,54 @@ pub struct PurchaseDesk {
     cache: StockCache,
     publisher: Arc<OrderPublisher>,
     sold_out: Arc<SoldOutFlags>,
+    send_spans: Arc<SendSpans>,
 }
 
 fn outcome(label: &'static str) {
     metrics::counter!("seckill_purchases_total", "outcome" => label).increment(1);
+}
+
+fn lua_seconds(script: &'static str, started: Instant) {
+    metrics::histogram!("seckill_lua_seconds", "script" => script)
+        .record(started.elapsed().as_secs_f64());
+}
+
+/// A span for one Lua script call (`lua.<script>`), a Redis client call in the trace.
+fn lua_span(script: &'static str) -> tracing::Span {
+    tracing::info_span!(
+        "lua",
+        otel.name = %format_args!("lua.{script}"),
+        otel.kind = "client",
+        db.system.name = "redis",
+        script,
+    )
+}
+
+/// The `mq.send_half` span of each order whose transactional send is in flight. The client
+/// runs the local transaction on a thread of its own, with nothing but the order; this is
+/// how it finds the span to record itself under, so the purchase's trace shows it.
+#[derive(Default)]
+pub struct SendSpans(Mutex<HashMap<OrderToken, tracing::Span>>);
+
+impl SendSpans {
+    fn insert(&self, token: &OrderToken, span: tracing::Span) {
+        self.lock().insert(token.clone(), span);
+    }
+
+    fn remove(&self, token: &OrderToken) {
+        self.lock().remove(token);
+    }
+
+    fn get(&self, token: &OrderToken) -> Option<tracing::Span> {
+        self.lock().get(token).cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<OrderToken, tracing::Span>> {
+        // A panic while holding the lock leaves a map of spans: still usable.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 impl PurchaseDesk {
@@ -29,11 +82,13 @@ impl PurchaseDesk {
         cache: StockCache,
         publisher: Arc<OrderPublisher>,
         sold_out: Arc<SoldOutFlags>,
+        send_spans: Arc<SendSpans>,
     ) -> Self {
         Self {
             cache,
             publisher,
             sold_out,
+            send_spans,
         }
     }
 
@@ -50,17 +105,19 @@ impl PurchaseDesk {
         let reserved = self
             .cache
             .pre_deduct(&claims.order_token, claims.user_id, quantity)
+            .instrument(lua_span("pre_deduct"))
             .await;
-        metrics::histogram!("seckill_lua_seconds", "script" => "pre_deduct")
-            .record(started.elapsed().as_secs_f64());
+        lua_seconds("pre_deduct", started);
         let reserved_at_ms = chrono::Utc::now().timestamp_millis();
         match reserved.map_err(|e| ApiError::unavailable("Redis cannot be reached", e))? {
             PreDeductOutcome::Reserved { stock_after } => {
+                platform::ops::record_stock(product.get(), "redis", stock_after);
                 if stock_after == 0 {
                     self.sold_out.mark(product);
                 }
             }
             PreDeductOutcome::SoldOut { stock_left } => {
+                platform::ops::record_stock(product.get(), "redis", stock_left);
                 if stock_left == 0 {
                     self.sold_out.mark(product);
                 }
@@ -100,13 +157,30 @@ impl PurchaseDesk {
             quantity,
             reserved_at_ms,
         );
-        let traceparent = platform::telemetry::current_traceparent();
+        let send_span = tracing::info_span!(
+            "mq.send_half",
+            otel.kind = "producer",
+            messaging.system = "rocketmq",
+            order = %short_token(&order.order_token),
+            decision = tracing::field::Empty,
+        );
+        // The consumer joins the trace under the send: the message is its cause.
+        let traceparent = platform::telemetry::traceparent_of(&send_span);
+        self.send_spans
+            .insert(&order.order_token, send_span.clone());
         let started = Instant::now();
         let sent = self
             .publisher
             .send_in_transaction(&order, traceparent.as_deref())
+            .instrument(send_span.clone())
             .await;
+        self.send_spans.remove(&order.order_token);
         metrics::histogram!("seckill_send_seconds").record(started.elapsed().as_secs_f64());
+        match &sent {
+            Ok(decision) => send_span.record("decision", answer(*decision)),
+            Err(_) => send_span.record("decision", "send_failed"),
+        };
+        drop(send_span);
         match sent {
             // Unknown: the half message is stored and the flow is there, so the broker's
             // check-back will run confirm.lua and commit it.
@@ -131,15 +205,28 @@ impl PurchaseDesk {
         send_error: order_queue::MqError,
     ) -> Result<(), ApiError> {
         let token = &order.order_token;
-        match self.cache.release(token, "send_failed").await {
+        let started = Instant::now();
+        let released = self
+            .cache
+            .release(token, "send_failed")
+            .instrument(lua_span("release"))
+            .await;
+        lua_seconds("release", started);
+        if let Ok(released) = &released {
+            let label = match released {
+                ReleaseOutcome::Released => "released",
+                ReleaseOutcome::NothingReserved => "nothing_reserved",
+                ReleaseOutcome::AlreadyCommitted => "already_committed",
+            };
+            metrics::counter!("seckill_releases_total", "outcome" => label).increment(1);
+        }
+        match released {
             // A check-back got there first and committed: the order is on its way.
             Ok(ReleaseOutcome::AlreadyCommitted) => {
                 outcome("accepted");
                 Ok(())
             }
-            Ok(released) => {
-                metrics::counter!("seckill_releases_total", "outcome" => format!("{released:?}"))
-                    .increment(1);
+            Ok(_) => {
                 outcome("send_failed");
                 Err(ApiError::unavailable(
                     "the broker cannot be reached",
@@ -149,7 +236,7 @@ impl PurchaseDesk {
             Err(release_error) => {
                 // The flow stays reserved: a check-back commits it if the half message
                 // was stored after all, and reconcile settles it otherwise.
-                tracing::warn!(%token, error = ?release_error, "Release after a failed send failed; reconcile will settle the flow.");
+                tracing::warn!(order = %short_token(token), error = ?release_error, "Release after a failed send failed; reconcile will settle the flow.");
                 outcome("send_failed");
                 Err(ApiError::unavailable(
                     "the broker cannot be reached",
@@ -160,24 +247,43 @@ impl PurchaseDesk {
     }
 }
 
+fn answer(decision: TxDecision) -> &'static str {
+    match decision {
+        TxDecision::Commit => "commit",
+        TxDecision::Rollback => "rollback",
+        TxDecision::Unknown => "unknown",
+    }
+}
+
 /// The local transaction and the check-back: both are `confirm.lua`. The client calls
 /// them on its own blocking threads, so they drive Redis on a runtime of their own.
 pub struct ConfirmInRedis {
     pub cache: StockCache,
     pub runtime: Handle,
+    /// Where the purchase path leaves the span of each send in flight.
+    pub send_spans: Arc<SendSpans>,
 }
 
 impl ConfirmInRedis {
-    fn confirm(&self, token: &domain::OrderToken, answer_kind: &'static str) -> TxDecision {
-        let decision = match self.runtime.block_on(self.cache.confirm(token)) {
-            Ok(true) => TxDecision::Commit,
-            Ok(false) => TxDecision::Rollback,
-            Err(error) => {
-                tracing::warn!(%token, error = ?error, "confirm.lua failed; the broker will check back.");
-                TxDecision::Unknown
+    /// confirm.lua inside `span` (entered on this thread, so log lines carry its trace id).
+    fn confirm(&self, token: &OrderToken, span: tracing::Span, kind: &'static str) -> TxDecision {
+        let decision = span.in_scope(|| {
+            let started = Instant::now();
+            let confirmed = self
+                .runtime
+                .block_on(self.cache.confirm(token).instrument(lua_span("confirm")));
+            lua_seconds("confirm", started);
+            match confirmed {
+                Ok(true) => TxDecision::Commit,
+                Ok(false) => TxDecision::Rollback,
+                Err(error) => {
+                    tracing::warn!(order = %short_token(token), error = ?error, "confirm.lua failed; the broker will check back.");
+                    TxDecision::Unknown
+                }
             }
-        };
-        metrics::counter!("seckill_checkbacks_total", "kind" => answer_kind, "answer" => format!("{decision:?}"))
+        });
+        span.record("answer", answer(decision));
+        metrics::counter!("seckill_checkbacks_total", "kind" => kind, "answer" => answer(decision))
             .increment(1);
         decision
     }
@@ -185,10 +291,27 @@ impl ConfirmInRedis {
 
 impl LocalTransaction for ConfirmInRedis {
     fn execute(&self, order: &OrderPlaced) -> TxDecision {
-        self.confirm(&order.order_token, "local")
+        let token = &order.order_token;
+        let parent = self.send_spans.get(token);
+        let span = tracing::info_span!(
+            parent: parent.as_ref().and_then(tracing::Span::id),
+            "local_transaction",
+            order = %short_token(token),
+            answer = tracing::field::Empty,
+        );
+        self.confirm(token, span, "local")
     }
 
-    fn check(&self, order_token: &domain::OrderToken) -> TxDecision {
-        self.confirm(order_token, "check_back")
+    fn check(&self, order_token: &OrderToken) -> TxDecision {
+        // The broker asks about a half message, maybe long after the purchase and on another
+        // gateway: a trace of its own, which names the order token for the operator.
+        let span = tracing::info_span!(
+            parent: None,
+            "check_back",
+            order = %short_token(order_token),
+            answer = tracing::field::Empty,
+        );
+        annotate(&span, ORDER_TOKEN_ATTRIBUTE, order_token.to_string());
+        self.confirm(order_token, span, "check_back")
     }
 }

@@ -1,8 +1,10 @@
 //! The local sold-out flag: after a product's first "sold out", no request for it reaches
 //! Redis or the broker. A flag remembers the product's epoch; when the epoch moves (an
 //! admin reload, or a unit released back), the watcher clears it on every instance.
+//! `seckill_sold_out_flag{product_id}` shows each flag: 1 while set, 0 once cleared.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::RwLock;
 
 use domain::ProductId;
@@ -23,14 +25,21 @@ impl SoldOutFlags {
 
     pub fn mark(&self, product: ProductId) {
         let mut flags = self.flags.write().expect("flag lock is never poisoned");
-        flags.entry(product).or_insert(None);
+        if let Entry::Vacant(flag) = flags.entry(product) {
+            flag.insert(None);
+            flag_gauge(product, true);
+        }
     }
 
     pub fn clear(&self, product: ProductId) {
-        self.flags
+        let removed = self
+            .flags
             .write()
             .expect("flag lock is never poisoned")
             .remove(&product);
+        if removed.is_some() {
+            flag_gauge(product, false);
+        }
     }
 
     pub fn flagged(&self) -> Vec<(ProductId, Option<i64>)> {
@@ -51,9 +60,15 @@ impl SoldOutFlags {
             (None, None) => {}
             _ => {
                 flags.remove(&product);
+                flag_gauge(product, false);
             }
         }
     }
+}
+
+fn flag_gauge(product: ProductId, set: bool) {
+    metrics::gauge!("seckill_sold_out_flag", "product_id" => product.get().to_string())
+        .set(if set { 1.0 } else { 0.0 });
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
-use actix_web::{App, HttpServer, web};
+use actix_web::{App, HttpServer, middleware, web};
 use anyhow::Context;
 use domain::TokenSigner;
 use order_queue::{MqRuntime, OrderPublisher};
@@ -18,7 +18,7 @@ use secrecy::ExposeSecret;
 use stock_cache::StockCache;
 
 use crate::identity::IdentityConfig;
-use crate::purchase::{ConfirmInRedis, PurchaseDesk};
+use crate::purchase::{ConfirmInRedis, PurchaseDesk, SendSpans};
 use crate::rate_limit::RateLimits;
 use crate::routes::{self, AppState};
 use crate::sold_out::SoldOutFlags;
@@ -68,9 +68,11 @@ impl Application {
             SideRuntime::new("confirm", 2).context("cannot start the confirm runtime")?;
         // Its own pool: connections live on the runtime that drives them.
         let confirm_cache = StockCache::new(&redis.url, 16, &redis.key_prefix, redis_timeout)?;
+        let send_spans = Arc::new(SendSpans::default());
         let confirm = Arc::new(ConfirmInRedis {
             cache: confirm_cache,
             runtime: confirm_runtime.handle(),
+            send_spans: send_spans.clone(),
         });
         // The local transaction runs on the client's blocking pool, which rejects rather
         // than queues when full: size it for the number of concurrent sends.
@@ -86,7 +88,12 @@ impl Application {
 
         let sold_out = Arc::new(SoldOutFlags::default());
         let state = web::Data::new(AppState {
-            desk: PurchaseDesk::new(cache.clone(), publisher.clone(), sold_out.clone()),
+            desk: PurchaseDesk::new(
+                cache.clone(),
+                publisher.clone(),
+                sold_out.clone(),
+                send_spans,
+            ),
             cache,
             db,
             signer,
@@ -112,6 +119,8 @@ impl Application {
         let app_state = state.clone();
         let server = HttpServer::new(move || {
             App::new()
+                // One span and the request series per request (the ops endpoints aside).
+                .wrap(middleware::from_fn(platform::http::observe))
                 .app_data(app_state.clone())
                 .app_data(identity.clone())
                 .configure(|cfg| ops::configure(cfg, ops_state.clone()))

@@ -49,11 +49,12 @@ impl Application {
         let writer_runtime =
             SideRuntime::new("order-writer", 2).context("cannot start the writer runtime")?;
         let (db, cache) = connect(&settings, consumer.concurrency as usize + 2)?;
-        let writer = Arc::new(OrderWriter {
+        let writer = Arc::new(OrderWriter::new(
             db,
             cache,
-            runtime: writer_runtime.handle(),
-        });
+            writer_runtime.handle(),
+            consumer.max_reconsume_times,
+        ));
 
         let mq_runtime =
             MqRuntime::new("order-consumer", 16).context("cannot start the MQ client")?;

@@ -4,36 +4,102 @@
 //! store cannot hold) is recorded in `rejected_message` and acknowledged; anything that may
 //! pass (MySQL or Redis down, a lock timeout) hands the whole batch back to the broker, which
 //! redelivers it after its backoff — the write is idempotent, so redelivery is harmless.
+//!
+//! Traces: the batch's span (`consume_batch`) is a child of the first message's trace and
+//! links to the others; it holds the MySQL transaction (`db.write_orders`) and the Redis
+//! confirmation. Each order also gets a `consume_order` span in its own purchase's trace,
+//! open while its batch is written and linked to the batch, so every purchase's trace
+//! shows the consumer, whichever batch carried it.
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
-use domain::OrderPlaced;
+use domain::{OrderPlaced, ProductId};
 use order_queue::{BatchHandler, BatchVerdict, Delivery};
 use order_store::{Db, StoreError, WriteSummary};
+use platform::telemetry::{self, short_token};
 use stock_cache::StockCache;
 use tokio::runtime::Handle;
+use tracing::Instrument;
 
 pub struct OrderWriter {
-    pub db: Db,
-    pub cache: StockCache,
+    db: Db,
+    cache: StockCache,
     /// The client calls `handle` on its own blocking threads; the async work runs here.
-    pub runtime: Handle,
+    runtime: Handle,
+    /// The consumer group's `max_reconsume_times`: a message handed back at this count goes
+    /// to the DLQ instead of another retry, which is counted.
+    max_reconsume_times: i32,
 }
 
 impl BatchHandler for OrderWriter {
     fn handle(&self, batch: &[Delivery]) -> BatchVerdict {
-        self.runtime.block_on(self.write(batch))
+        let span = batch_span(batch);
+        let verdict = self
+            .runtime
+            .block_on(self.write(batch).instrument(span.clone()));
+        if verdict == BatchVerdict::RetryLater {
+            span.record("verdict", "retry_later");
+            span.record("otel.status_code", "ERROR");
+            span.in_scope(|| self.handed_back(batch));
+        } else {
+            span.record("verdict", "done");
+        }
+        verdict
     }
 }
 
+/// `consume_batch`: a child of the first message's trace, linked to every other one.
+fn batch_span(batch: &[Delivery]) -> tracing::Span {
+    let span = tracing::info_span!(
+        "consume_batch",
+        otel.kind = "consumer",
+        messaging.system = "rocketmq",
+        size = batch.len(),
+        verdict = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    let mut traceparents = batch.iter().filter_map(|d| d.traceparent.as_deref());
+    if let Some(first) = traceparents.next() {
+        telemetry::adopt_traceparent(&span, first);
+    }
+    for other in traceparents {
+        telemetry::link_traceparent(&span, other);
+    }
+    span
+}
+
 impl OrderWriter {
+    pub fn new(db: Db, cache: StockCache, runtime: Handle, max_reconsume_times: i32) -> Self {
+        Self {
+            db,
+            cache,
+            runtime,
+            max_reconsume_times,
+        }
+    }
+
+    /// The batch goes back to the broker: messages at their last retry go to the DLQ.
+    fn handed_back(&self, batch: &[Delivery]) {
+        let last_tries: Vec<&str> = batch
+            .iter()
+            .filter(|d| d.reconsume_times >= self.max_reconsume_times)
+            .map(|d| d.msg_id.as_str())
+            .collect();
+        if last_tries.is_empty() {
+            return;
+        }
+        metrics::counter!("seckill_consumer_dead_lettered_total")
+            .increment(last_tries.len() as u64);
+        tracing::error!(
+            count = last_tries.len(),
+            msg_ids = ?last_tries,
+            "Messages out of retries go to the dead-letter queue; reconcile will find their flows."
+        );
+    }
+
     async fn write(&self, batch: &[Delivery]) -> BatchVerdict {
         let started = Instant::now();
-        let span = tracing::info_span!("consume_batch", size = batch.len());
-        if let Some(traceparent) = batch.iter().find_map(|d| d.traceparent.as_deref()) {
-            platform::telemetry::adopt_traceparent(&span, traceparent);
-        }
-        let _entered = span.enter();
         metrics::histogram!("seckill_consumer_batch_size").record(batch.len() as f64);
         let redeliveries = batch.iter().filter(|d| d.reconsume_times > 0).count();
         metrics::counter!("seckill_consumer_redeliveries_total").increment(redeliveries as u64);
@@ -49,9 +115,16 @@ impl OrderWriter {
                 }
             }
         }
+        // Open until the batch is written (or not): each purchase's trace shows its wait.
+        let order_spans = order_spans(&decoded);
         let mut orders: Vec<OrderPlaced> = decoded.iter().map(|(_, o)| o.clone()).collect();
 
-        let summary = match self.db.write_orders(&orders).await {
+        let summary = match self
+            .db
+            .write_orders(&orders)
+            .instrument(db_span(orders.len()))
+            .await
+        {
             Ok(summary) => summary,
             // Some order decodes but can never be stored (a quantity or time beyond what the
             // columns hold); the store checks before writing anything. Written one by one,
@@ -70,20 +143,46 @@ impl OrderWriter {
         };
         metrics::counter!("seckill_orders_written_total").increment(summary.inserted as u64);
         metrics::counter!("seckill_orders_duplicate_total").increment(summary.duplicates as u64);
+        let now = chrono::Utc::now();
+        for order in &orders {
+            let age_ms = (now.timestamp_millis() - order.reserved_at_ms).max(0);
+            metrics::histogram!("seckill_consumer_order_age_seconds").record(age_ms as f64 / 1e3);
+        }
 
         let tokens: Vec<_> = orders.iter().map(|o| o.order_token.clone()).collect();
         if let Err(error) = self.cache.mark_confirmed(&tokens).await {
             // The orders are safe in MySQL; status polling falls back to it. No retry.
             tracing::warn!(error = ?error, "Orders written but not marked confirmed in Redis.");
         }
+        drop(order_spans);
         metrics::histogram!("seckill_consumer_batch_seconds")
             .record(started.elapsed().as_secs_f64());
+        metrics::gauge!("seckill_consumer_last_batch_timestamp_seconds")
+            .set(now.timestamp_millis() as f64 / 1e3);
         tracing::info!(
             inserted = summary.inserted,
             duplicates = summary.duplicates,
             "Order batch written."
         );
+        self.refresh_stock(&orders).await;
         BatchVerdict::Done
+    }
+
+    /// `seckill_stock_left{store="mysql"}` for the products of this batch: one primary-key
+    /// read each, after the transaction — small beside the batch's inserts — so the
+    /// dashboard's MySQL line follows the sale to its end.
+    async fn refresh_stock(&self, orders: &[OrderPlaced]) {
+        let products: BTreeSet<ProductId> =
+            orders.iter().map(|o| o.order_token.product_id()).collect();
+        for product in products {
+            match self.db.stock(product).await {
+                Ok(Some(units)) => platform::ops::record_stock(product.get(), "mysql", units),
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::debug!(product_id = %product, error = ?error, "Cannot read MySQL stock for the gauge.");
+                }
+            }
+        }
     }
 
     /// Records a message that can never be written; false when even that failed (the
@@ -112,7 +211,12 @@ impl OrderWriter {
         let mut summary = WriteSummary::default();
         let mut written = Vec::with_capacity(decoded.len());
         for (delivery, order) in decoded {
-            match self.db.write_orders(std::slice::from_ref(&order)).await {
+            match self
+                .db
+                .write_orders(std::slice::from_ref(&order))
+                .instrument(db_span(1))
+                .await
+            {
                 Ok(one) => {
                     summary.inserted += one.inserted;
                     summary.duplicates += one.duplicates;
@@ -131,6 +235,45 @@ impl OrderWriter {
         }
         Some((summary, written))
     }
+}
+
+/// `db.write_orders`: one MySQL transaction.
+fn db_span(orders: usize) -> tracing::Span {
+    tracing::info_span!(
+        "db.write_orders",
+        otel.kind = "client",
+        db.system.name = "mysql",
+        orders
+    )
+}
+
+/// `consume_order` per order that names its trace, in that trace, linked to the batch.
+fn order_spans(decoded: &[(&Delivery, OrderPlaced)]) -> Vec<tracing::Span> {
+    let batch = tracing::Span::current();
+    let batch_parent = telemetry::traceparent_of(&batch);
+    decoded
+        .iter()
+        .filter_map(|(delivery, order)| {
+            let traceparent = delivery.traceparent.as_deref()?;
+            let span = tracing::info_span!(
+                parent: None,
+                "consume_order",
+                otel.kind = "consumer",
+                order = %short_token(&order.order_token),
+                reconsume_times = delivery.reconsume_times,
+            );
+            telemetry::adopt_traceparent(&span, traceparent);
+            if let Some(batch_parent) = &batch_parent {
+                telemetry::link_traceparent(&span, batch_parent);
+            }
+            telemetry::annotate(
+                &span,
+                telemetry::ORDER_TOKEN_ATTRIBUTE,
+                order.order_token.to_string(),
+            );
+            Some(span)
+        })
+        .collect()
 }
 
 fn refused(error: &StoreError) {

@@ -2,12 +2,15 @@
 //!
 //! - [`settings`]: layered configuration (`config/default.toml` → `config/<env>.toml` →
 //!   `SECKILL_<SECTION>__<KEY>`) into typed structs, checked before any port is bound.
-//! - [`telemetry`]: tracing subscriber (text or JSON) wired to OpenTelemetry.
+//! - [`telemetry`]: tracing subscriber (text or JSON lines with trace ids) wired to
+//!   OpenTelemetry, exported over OTLP/HTTP when an endpoint is configured.
+//! - [`http`]: the actix-web middleware that gives every request a span and its metrics.
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token every task can watch.
 //! - [`ops`]: `/healthz`, `/readyz` and `/metrics`, for mounting or as a small server.
 //! - [`runtime`]: a side runtime for the work the RocketMQ client hands over on its threads.
 
 pub mod auth;
+pub mod http;
 pub mod ops;
 pub mod runtime;
 pub mod settings;
@@ -30,6 +33,12 @@ pub fn boot(service: &'static str) -> (Settings, telemetry::TelemetryGuard, shut
             std::process::exit(EXIT_BAD_CONFIG);
         }
     };
-    let telemetry = telemetry::init(service, &settings.telemetry);
+    let telemetry = match telemetry::init(service, &settings.telemetry) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("{service}: invalid configuration: {error}");
+            std::process::exit(EXIT_BAD_CONFIG);
+        }
+    };
     (settings, telemetry, shutdown::on_signal())
 }

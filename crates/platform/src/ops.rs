@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::{App, HttpResponse, HttpServer, web};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::json;
 
 type CheckFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
@@ -25,17 +25,120 @@ where
     Arc::new(move || Box::pin(check()))
 }
 
+/// Latency buckets (seconds) of every `_seconds` histogram without buckets of its own: from
+/// a Redis round trip (sub-millisecond) to a send that waits out its timeout.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// From reservation to order row: a second when all is well, up to the DLQ's hours.
+const ORDER_AGE_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
+/// A reconcile run: a second on a small sale, many minutes on millions of flows.
+const RUN_BUCKETS: &[f64] = &[
+    0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+/// Messages per consumer batch (`consumer.batch_size` is 64 by default).
+const BATCH_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+
+/// Every series a seckill service exports: (name, help). The HELP lines of `/metrics`, and
+/// the list `make lint-observability` checks the dashboard, the alert rules and the code
+/// against. Histograms come with buckets (`_bucket{le}`, `_sum`, `_count`), so Prometheus
+/// computes any quantile across instances with `histogram_quantile`.
+#[rustfmt::skip]
+pub const SERIES: &[(&str, &str)] = &[
+    // every service with a public API (the gateway)
+    ("seckill_http_requests_total", "HTTP requests answered, by method, route and status."),
+    ("seckill_http_request_duration_seconds", "Time to answer an HTTP request, by method and route."),
+    // gateway-svc
+    ("seckill_tokens_issued_total", "Purchase tokens issued."),
+    ("seckill_purchases_total", "Purchases answered, by outcome (accepted, sold_out, duplicate, limit_exceeded, sale_not_open, invalid_token, not_loaded, rolled_back, send_failed, bad_request)."),
+    ("seckill_rate_limited_total", "Requests refused by a rate limit, by scope (global, user)."),
+    ("seckill_sold_out_flag", "1 while this gateway holds the local sold-out flag of a product, else 0."),
+    ("seckill_lua_seconds", "Time of one Lua script call to Redis, by script (pre_deduct, confirm, release)."),
+    ("seckill_send_seconds", "Time of one transactional send: the half message and the local transaction."),
+    ("seckill_releases_total", "Units given back after a failed send, by outcome of release.lua."),
+    ("seckill_checkbacks_total", "Local transactions (kind=local) and broker check-backs (kind=check_back), by answer (commit, rollback, unknown)."),
+    ("seckill_stock_left", "Units left for sale per product, as last seen in a store (store=redis or mysql)."),
+    // order-consumer-svc
+    ("seckill_consumer_batch_size", "Messages per batch handed to the order writer."),
+    ("seckill_consumer_batch_seconds", "Time to write one batch: the MySQL transaction and the Redis confirmation."),
+    ("seckill_consumer_redeliveries_total", "Messages received again after an earlier failure (reconsume times > 0)."),
+    ("seckill_consumer_rejected_total", "Messages that can never be an order, recorded in rejected_message and acknowledged."),
+    ("seckill_consumer_batch_failures_total", "Batches handed back to the broker, by whether the failure is retryable."),
+    ("seckill_consumer_dead_lettered_total", "Messages handed back for the last time: the broker moves them to the DLQ (%DLQ%<group>)."),
+    ("seckill_orders_written_total", "Order rows inserted (with their stock deducted)."),
+    ("seckill_orders_duplicate_total", "Messages for orders already written (redelivery, re-publish): nothing done."),
+    ("seckill_consumer_order_age_seconds", "From the reservation in Redis to the order row in MySQL: the queue's delay, the consumer's lag in time."),
+    ("seckill_consumer_last_batch_timestamp_seconds", "Unix time of the last batch written."),
+    // reconcile-svc
+    ("seckill_reconcile_runs_total", "Reconcile runs, by final status (clean, repaired, unresolved, failed)."),
+    ("seckill_reconcile_discrepancies_total", "Discrepancies found, by kind (missing_order, stock_not_deducted, orphan_order, redis_drift, mysql_drift)."),
+    ("seckill_reconcile_repairs_total", "What was done about each discrepancy, by action and outcome."),
+    ("seckill_reconcile_unresolved", "Discrepancies the last run left for a person."),
+    ("seckill_reconcile_drift_units", "Stock drift per product and store found by the last run (0: the totals add up)."),
+    ("seckill_reconcile_last_run_timestamp_seconds", "Unix time the last run finished."),
+    ("seckill_reconcile_run_seconds", "Duration of a reconcile run."),
+];
+
+/// `seckill_stock_left{product_id, store}`: units left for sale in `store` ("redis" or
+/// "mysql"), as this process last saw them. Several processes report it; the dashboard
+/// takes the lowest per product and store (stock only falls while a sale runs).
+pub fn record_stock(product_id: u64, store: &'static str, units: i64) {
+    metrics::gauge!(
+        "seckill_stock_left",
+        "product_id" => product_id.to_string(),
+        "store" => store
+    )
+    .set(units as f64);
+}
+
 /// The process-wide Prometheus recorder. Installed once: several services may share a
 /// process in tests, and the `metrics` facade has a single global recorder.
 pub fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            PrometheusBuilder::new()
+            let handle = prometheus_builder()
                 .install_recorder()
-                .expect("no other metrics recorder is installed")
+                .expect("no other metrics recorder is installed");
+            for (name, help) in SERIES {
+                metrics::describe_counter!(*name, *help);
+            }
+            handle
         })
         .clone()
+}
+
+/// Histograms with buckets rather than summaries: summaries cannot be aggregated across
+/// instances, and the dashboard's p99 is `histogram_quantile` over them.
+fn prometheus_builder() -> PrometheusBuilder {
+    let buckets = |builder: PrometheusBuilder, matcher: Matcher, values: &[f64]| {
+        builder
+            .set_buckets_for_metric(matcher, values)
+            .expect("bucket lists are not empty")
+    };
+    // Full matchers take precedence over the suffix one.
+    let builder = buckets(
+        PrometheusBuilder::new(),
+        Matcher::Suffix("_seconds".into()),
+        LATENCY_BUCKETS,
+    );
+    let builder = buckets(
+        builder,
+        Matcher::Full("seckill_consumer_order_age_seconds".into()),
+        ORDER_AGE_BUCKETS,
+    );
+    let builder = buckets(
+        builder,
+        Matcher::Full("seckill_reconcile_run_seconds".into()),
+        RUN_BUCKETS,
+    );
+    buckets(
+        builder,
+        Matcher::Full("seckill_consumer_batch_size".into()),
+        BATCH_SIZE_BUCKETS,
+    )
 }
 
 #[derive(Clone)]
@@ -96,4 +199,49 @@ where
     .run();
     let handle = server.handle();
     Ok((port, server, handle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_render_with_buckets_not_quantiles() {
+        let recorder = prometheus_builder().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            metrics::histogram!("seckill_send_seconds").record(0.003);
+            metrics::histogram!("seckill_consumer_batch_size").record(10.0);
+            metrics::histogram!("seckill_reconcile_run_seconds").record(42.0);
+        });
+        let text = handle.render();
+        assert!(
+            text.contains("seckill_send_seconds_bucket{le=\"0.005\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("seckill_consumer_batch_size_bucket{le=\"16\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("seckill_reconcile_run_seconds_bucket{le=\"60\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("quantile="), "{text}");
+    }
+
+    #[test]
+    fn series_names_follow_the_prometheus_conventions() {
+        for (name, help) in SERIES {
+            assert!(name.starts_with("seckill_"), "{name}");
+            assert!(
+                name.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{name}"
+            );
+            assert!(!help.is_empty(), "{name}");
+            // Units are base units, spelt out: no _ms, _millis, _bytes_total mix-ups.
+            assert!(!name.contains("_ms") && !name.contains("millis"), "{name}");
+        }
+    }
 }

@@ -5,7 +5,14 @@
 //! with one pipelined HEXISTS per page. Every repair goes through the same atomic steps as
 //! the live path (confirm.lua, release.lua, a conditional stock update), so it can never
 //! race a purchase into selling a unit twice, and running it again repairs nothing twice.
+//!
+//! Traces: a run is a trace (`reconcile_run`, one `reconcile_product` span per product);
+//! every repair starts a trace of its own (`reconcile_repair`) that names the order token,
+//! and a re-published order carries that trace to the consumer, whose write joins it.
+//! Metrics: runs by status, discrepancies by kind, repairs by action and outcome, the last
+//! run's unresolved count, per-product drift and stock, last run time and duration.
 
+use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +23,10 @@ use domain::reconcile::{DiscrepancyKind, FlowFact, TokenFacts, classify, drift};
 use domain::{FlowRecord, FlowState, OrderPlaced, OrderToken, ProductId};
 use order_queue::OrderPublisher;
 use order_store::{Db, DiscrepancyRecord, RunStatus};
+use platform::telemetry::{ORDER_TOKEN_ATTRIBUTE, annotate, short_token};
 use stock_cache::{ReleaseOutcome, StockCache};
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use crate::report::{Action, Finding, Outcome, ProductReport, Report};
 
@@ -109,7 +119,25 @@ impl Auditor {
         {
             anyhow::bail!("another reconcile run holds the lease; try again later");
         }
-        let result = self.run_leased(policy, only).await;
+        let span = tracing::info_span!(
+            parent: None,
+            "reconcile_run",
+            policy = policy.as_str(),
+            dry_run = self.dry_run,
+            run_id = Empty,
+            status = Empty,
+        );
+        // Boxed: a run's future is large, and a daemon's task (or a test's thread) holds
+        // it on its stack otherwise.
+        let result = Box::pin(self.run_leased(policy, only))
+            .instrument(span.clone())
+            .await;
+        let status = match &result {
+            Ok(report) => report.status.clone(),
+            Err(_) => RunStatus::Failed.as_str().to_owned(),
+        };
+        span.record("status", status.as_str());
+        metrics::counter!("seckill_reconcile_runs_total", "status" => status).increment(1);
         if let Err(error) = self.db.release_lease(LEASE, &self.holder).await {
             tracing::warn!(error = ?error, "Cannot release the reconcile lease; it expires by itself.");
         }
@@ -125,6 +153,7 @@ impl Auditor {
             policy.as_str()
         };
         let run_id = self.db.start_run(label, only).await?;
+        tracing::Span::current().record("run_id", run_id);
         let products = match only {
             Some(product) => vec![product],
             None => self.db.product_ids().await?,
@@ -140,9 +169,11 @@ impl Auditor {
         };
         let mut outcome = Ok(());
         for product in products {
-            let _span = tracing::info_span!("reconcile_product", product_id = %product).entered();
             let mut findings = Vec::new();
-            match self.audit_product(product, policy, &mut findings).await {
+            let audited = Box::pin(self.audit_product(product, policy, &mut findings))
+                .instrument(tracing::info_span!("reconcile_product", product_id = %product))
+                .await;
+            match audited {
                 Ok(Some(product_report)) => report.products.push(product_report),
                 Ok(None) => {}
                 Err(error) => {
@@ -170,6 +201,9 @@ impl Auditor {
             .set(Utc::now().timestamp() as f64);
         metrics::histogram!("seckill_reconcile_run_seconds")
             .record(started.elapsed().as_secs_f64());
+        if outcome.is_ok() {
+            metrics::gauge!("seckill_reconcile_unresolved").set(report.unresolved() as f64);
+        }
         outcome.map(|()| report)
     }
 
@@ -220,18 +254,30 @@ impl Auditor {
 
         // Pass 1: every flow against MySQL. HSCAN may return a field twice while Redis
         // rehashes; repairs are idempotent, so the worst is a count off by a little.
-        let mut cursor = 0;
+        // The next page is scanned while MySQL answers for this one: the audit is bound by
+        // round trips, not by CPU.
+        let mut matched_orders: u64 = 0;
+        let mut page = self.cache.scan_flows(product, 0, self.scan_batch).await?;
         loop {
-            let page = self
-                .cache
-                .scan_flows(product, cursor, self.scan_batch)
-                .await?;
             let tokens: Vec<String> = page.flows.iter().map(|(t, _)| t.to_string()).collect();
-            let orders = self.db.orders_for_tokens(product, &tokens).await?;
+            let next_cursor = page.next_cursor;
+            let (orders, next_page) =
+                tokio::join!(self.db.orders_for_tokens(product, &tokens), async {
+                    match next_cursor {
+                        0 => None,
+                        cursor => Some(
+                            self.cache
+                                .scan_flows(product, cursor, self.scan_batch)
+                                .await,
+                        ),
+                    }
+                });
+            let orders = orders?;
             for ((token, flow), text) in page.flows.iter().zip(&tokens) {
                 report.flows += 1;
                 report.flow_units += i64::from(flow.quantity);
                 let order = orders.get(text);
+                matched_orders += u64::from(order.is_some());
                 let facts = TokenFacts {
                     flow: Some(FlowFact {
                         reserved_at_ms: flow.reserved_at_ms,
@@ -242,7 +288,12 @@ impl Auditor {
                 };
                 match classify(facts, now_ms, grace_ms) {
                     Some(DiscrepancyKind::MissingOrder) => {
-                        let finding = self.repair_missing(token, flow, policy).await;
+                        let finding = traced_repair(
+                            token,
+                            DiscrepancyKind::MissingOrder,
+                            self.repair_missing(token, flow, policy),
+                        )
+                        .await;
                         if (finding.action, finding.outcome) == (Action::Restore, Outcome::Repaired)
                         {
                             // The flow is gone and its units are back in stock: the totals
@@ -254,7 +305,14 @@ impl Auditor {
                         findings.push(finding);
                     }
                     Some(DiscrepancyKind::StockNotDeducted) => {
-                        findings.push(self.repair_deduct(token).await);
+                        findings.push(
+                            traced_repair(
+                                token,
+                                DiscrepancyKind::StockNotDeducted,
+                                self.repair_deduct(token),
+                            )
+                            .await,
+                        );
                     }
                     Some(other) => findings.push(reported(product, other, Some(text), "")),
                     None if order.is_none() => report.in_flight += 1,
@@ -269,23 +327,27 @@ impl Auditor {
                     "flow record cannot be read",
                 ));
             }
-            cursor = page.next_cursor;
-            if cursor == 0 {
-                break;
+            match next_page {
+                Some(next) => page = next?,
+                None => break,
             }
         }
 
-        // Pass 2: every order against Redis, for the orders that have no flow.
+        // Pass 2: every order against Redis, for the orders that have no flow. Skipped
+        // when pass 1 matched every order to a flow: then there is no orphan to find.
+        let order_count = u64::try_from(self.db.order_count(product).await?).unwrap_or(0);
         let mut after_id = 0;
+        let orphans_possible = order_count != matched_orders;
+        if !orphans_possible {
+            report.orders = order_count;
+        }
         loop {
-            let page = self
-                .db
-                .orders_page(
-                    product,
-                    after_id,
-                    u32::try_from(self.scan_batch).unwrap_or(u32::MAX),
-                )
-                .await?;
+            let page = if orphans_possible {
+                let limit = u32::try_from(self.scan_batch).unwrap_or(u32::MAX);
+                self.db.orders_page(product, after_id, limit).await?
+            } else {
+                Vec::new()
+            };
             let Some(last) = page.last() else { break };
             after_id = last.id;
             let tokens: Vec<String> = page.iter().map(|o| o.order_token.clone()).collect();
@@ -303,7 +365,14 @@ impl Auditor {
                 };
                 match (classify(facts, now_ms, grace_ms), order.order_token.parse()) {
                     (Some(DiscrepancyKind::StockNotDeducted), Ok(token)) => {
-                        findings.push(self.repair_deduct(&token).await);
+                        findings.push(
+                            traced_repair(
+                                &token,
+                                DiscrepancyKind::StockNotDeducted,
+                                self.repair_deduct(&token),
+                            )
+                            .await,
+                        );
                     }
                     (Some(kind), _) => {
                         findings.push(reported(product, kind, Some(&order.order_token), ""))
@@ -315,10 +384,15 @@ impl Auditor {
 
         // Totals, read after the repairs above.
         report.redis_stock = self.cache.stock(product).await?;
+        if let Some(stock) = report.redis_stock {
+            platform::ops::record_stock(product.get(), "redis", stock);
+        }
         let redis_settled = redis_stock_before.map(|s| s + restored_units) == report.redis_stock;
         match (&meta, report.redis_stock) {
             (Some(meta), Some(stock)) if redis_settled => {
-                if let Some(gap) = drift(meta.initial_stock, stock, report.flow_units) {
+                let gap = drift(meta.initial_stock, stock, report.flow_units);
+                drift_gauge(product, "redis", gap);
+                if let Some(gap) = gap {
                     findings.push(reported(
                         product,
                         DiscrepancyKind::RedisDrift,
@@ -338,7 +412,11 @@ impl Auditor {
         }
         if let Some((stock, ordered)) = self.db.stock_and_ordered(product).await? {
             report.mysql_stock = Some(stock);
-            if let Some(gap) = drift(row.initial_stock, stock, ordered) {
+            report.ordered_units = ordered;
+            platform::ops::record_stock(product.get(), "mysql", stock);
+            let gap = drift(row.initial_stock, stock, ordered);
+            drift_gauge(product, "mysql", gap);
+            if let Some(gap) = gap {
                 findings.push(reported(
                     product,
                     DiscrepancyKind::MysqlDrift,
@@ -392,10 +470,29 @@ impl Auditor {
                 if self.db.order(token).await?.is_none() {
                     anyhow::bail!("there is no order {token} in MySQL: nothing to deduct for");
                 }
-                self.repair_deduct(token).await
+                traced_repair(
+                    token,
+                    DiscrepancyKind::StockNotDeducted,
+                    self.repair_deduct(token),
+                )
+                .await
             }
-            (ManualAction::Republish, Some(flow)) => self.republish(token, &flow).await,
-            (ManualAction::Release, Some(flow)) => self.restore(token, &flow).await,
+            (ManualAction::Republish, Some(flow)) => {
+                traced_repair(
+                    token,
+                    DiscrepancyKind::MissingOrder,
+                    self.republish(token, &flow),
+                )
+                .await
+            }
+            (ManualAction::Release, Some(flow)) => {
+                traced_repair(
+                    token,
+                    DiscrepancyKind::MissingOrder,
+                    self.restore(token, &flow),
+                )
+                .await
+            }
             (_, None) => anyhow::bail!("there is no flow {token} in Redis: nothing to {action:?}"),
         };
         let label = if self.dry_run { "dry-run" } else { "manual" };
@@ -487,7 +584,6 @@ impl Auditor {
     }
 
     async fn republish(&self, token: &OrderToken, flow: &FlowRecord) -> Finding {
-        let _span = tracing::info_span!("reconcile_republish", order_token = %token).entered();
         let finding = |outcome, detail: String| Finding {
             product_id: token.product_id().get(),
             kind: DiscrepancyKind::MissingOrder,
@@ -515,9 +611,21 @@ impl Auditor {
             flow.quantity,
             flow.reserved_at_ms,
         );
-        match self.publisher.publish(&order, None).await {
+        // The consumer's write joins the repair's trace, under the send.
+        let span = tracing::info_span!(
+            "mq.publish",
+            otel.kind = "producer",
+            messaging.system = "rocketmq"
+        );
+        let traceparent = platform::telemetry::traceparent_of(&span);
+        let published = self
+            .publisher
+            .publish(&order, traceparent.as_deref())
+            .instrument(span)
+            .await;
+        match published {
             Ok(()) => {
-                tracing::info!(order_token = %token, "Missing order re-published.");
+                tracing::info!(order = %short_token(token), "Missing order re-published.");
                 finding(Outcome::Repaired, "confirmed and re-published".into())
             }
             Err(error) => finding(Outcome::Unresolved, format!("publish failed: {error}")),
@@ -554,6 +662,47 @@ impl Auditor {
             detail,
         }
     }
+}
+
+/// Runs one repair in a trace of its own, named for the order token (in full as an
+/// attribute; log lines get the short form), and logs what it came to.
+async fn traced_repair(
+    token: &OrderToken,
+    kind: DiscrepancyKind,
+    repair: impl Future<Output = Finding>,
+) -> Finding {
+    let span = tracing::info_span!(
+        parent: None,
+        "reconcile_repair",
+        kind = kind.as_str(),
+        order = %short_token(token),
+        action = Empty,
+        outcome = Empty,
+    );
+    annotate(&span, ORDER_TOKEN_ATTRIBUTE, token.to_string());
+    let finding = Box::pin(repair).instrument(span.clone()).await;
+    span.record("action", finding.action.as_str());
+    span.record("outcome", finding.outcome.as_str());
+    span.in_scope(|| {
+        tracing::info!(
+            kind = kind.as_str(),
+            action = finding.action.as_str(),
+            outcome = finding.outcome.as_str(),
+            detail = %finding.detail,
+            "Repair finished."
+        );
+    });
+    finding
+}
+
+/// `seckill_reconcile_drift_units{product_id, store}`: the gap the last judgement found.
+fn drift_gauge(product: ProductId, store: &'static str, gap: Option<i64>) {
+    metrics::gauge!(
+        "seckill_reconcile_drift_units",
+        "product_id" => product.get().to_string(),
+        "store" => store
+    )
+    .set(gap.unwrap_or(0) as f64);
 }
 
 fn reported(

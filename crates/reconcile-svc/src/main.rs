@@ -1,3 +1,6 @@
+// See lib.rs: the audit future needs a deeper layout computation in release builds.
+#![recursion_limit = "256"]
+
 use clap::{Parser, Subcommand};
 use domain::{OrderToken, ProductId};
 use reconcile_svc::report::Report;
@@ -56,7 +59,7 @@ fn parse_product(raw: &str) -> Result<ProductId, String> {
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let (settings, _telemetry, shutdown) = platform::boot("reconcile-svc");
+    let (settings, telemetry, shutdown) = platform::boot("reconcile-svc");
     let dry_run = cli.dry_run || matches!(cli.command, Some(Command::Repair { dry_run: true, .. }));
     let app = Application::build(settings, cli.policy, dry_run).await?;
     let code = match cli.command {
@@ -128,5 +131,7 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     app.close().await;
+    // `exit` runs no destructors: flush the run's spans first.
+    telemetry.shutdown();
     std::process::exit(code);
 }

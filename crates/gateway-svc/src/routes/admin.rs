@@ -118,6 +118,7 @@ pub async fn put_product(
         .await
         .map_err(|e| ApiError::unavailable("Redis cannot be reached", e))?;
     state.sold_out.clear(product);
+    platform::ops::record_stock(product.get(), "redis", body.stock);
     tracing::info!(product_id = %product, initial_stock, stock = body.stock, ?mode, "Product loaded for sale.");
 
     Ok(HttpResponse::Ok().json(ProductView {
@@ -167,11 +168,20 @@ pub async fn get_product(
         .await
         .map_err(mysql)?
         .ok_or(ApiError::NotFound("product"))?;
+    let redis_stock = state.cache.stock(product).await.map_err(redis)?;
+    let mysql_stock = state.db.stock(product).await.map_err(mysql)?;
+    // An operator's look refreshes the dashboard's stock too.
+    if let Some(units) = redis_stock {
+        platform::ops::record_stock(product.get(), "redis", units);
+    }
+    if let Some(units) = mysql_stock {
+        platform::ops::record_stock(product.get(), "mysql", units);
+    }
     Ok(HttpResponse::Ok().json(ProductState {
         product_id: product.get(),
         initial_stock: row.initial_stock,
-        redis_stock: state.cache.stock(product).await.map_err(redis)?,
-        mysql_stock: state.db.stock(product).await.map_err(mysql)?,
+        redis_stock,
+        mysql_stock,
         flows: state.cache.flow_count(product).await.map_err(redis)?,
         orders: state.db.order_count(product).await.map_err(mysql)?,
         sold_out: state.sold_out.is_sold_out(product),

@@ -3,6 +3,7 @@
 use actix_web::{HttpResponse, web};
 use chrono::{DateTime, SecondsFormat, Utc};
 use domain::{OrderToken, PurchaseClaims, TokenError};
+use platform::telemetry::short_token;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
@@ -106,7 +107,7 @@ pub async fn purchase(
     }
 
     state.desk.purchase(&claims, body.quantity).await?;
-    tracing::info!(order_token = %claims.order_token, "Purchase queued.");
+    tracing::info!(order = %short_token(&claims.order_token), quantity = body.quantity, "Purchase queued.");
     Ok(HttpResponse::Accepted().json(Queued {
         order_token: claims.order_token.to_string(),
         status: "queued",

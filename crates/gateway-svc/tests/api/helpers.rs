@@ -49,7 +49,12 @@ pub async fn spawn_app() -> TestApp {
 
 /// A gateway and an order consumer on one stack: the whole purchase path.
 pub async fn spawn_app_with_consumer() -> TestApp {
-    let mut app = spawn_app().await;
+    spawn_app_with_consumer_and(&[]).await
+}
+
+/// [`spawn_app_with_consumer`], with `extra` settings for the gateway.
+pub async fn spawn_app_with_consumer_and(extra: &[(&str, &str)]) -> TestApp {
+    let mut app = spawn_app_with(extra).await;
     let settings = app.stack.settings(&[]);
     app.consumer = Some(
         InProcessService::start("consumer", move |shutdown, port| async move {

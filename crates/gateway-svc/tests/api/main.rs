@@ -6,4 +6,5 @@ mod admin;
 mod bad_input;
 mod helpers;
 mod identity;
+mod observability;
 mod purchase;

@@ -76,11 +76,12 @@ impl TestWriter {
 }
 
 pub fn writer_on(db: Db, cache: StockCache) -> Arc<OrderWriter> {
-    Arc::new(OrderWriter {
+    Arc::new(OrderWriter::new(
         db,
         cache,
-        runtime: tokio::runtime::Handle::current(),
-    })
+        tokio::runtime::Handle::current(),
+        16,
+    ))
 }
 
 pub async fn handle(writer: &Arc<OrderWriter>, batch: &[Delivery]) -> BatchVerdict {

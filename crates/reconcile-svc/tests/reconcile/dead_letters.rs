@@ -15,7 +15,7 @@ async fn an_order_dead_lettered_after_its_retries_is_found_and_republished() {
     assert!(sale.stack.redis.cache().confirm(&token).await.unwrap());
     // MySQL refuses the order (no stock there) until a person fixes it.
     sale.sql("UPDATE product_stock SET stock = 0").await;
-    let _consumer = sale
+    let consumer = sale
         .start_consumer(&[("SECKILL_CONSUMER__MAX_RECONSUME_TIMES", "1")])
         .await;
     tokio::time::sleep(Duration::from_millis(1_200)).await;
@@ -37,6 +37,18 @@ async fn an_order_dead_lettered_after_its_retries_is_found_and_republished() {
     // The next retry would have come 30 s after the last; none comes: it is in the DLQ.
     tokio::time::sleep(Duration::from_secs(35)).await;
     assert!(sale.stack.db.db().order(&token).await.unwrap().is_none());
+    // The consumer counted the message it handed back for the last time.
+    let metrics = reqwest::get(format!("{}/metrics", consumer.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let dead_lettered = metrics
+        .lines()
+        .find(|line| line.starts_with("seckill_consumer_dead_lettered_total "))
+        .and_then(|line| line.rsplit(' ').next()?.parse::<f64>().ok());
+    assert!(dead_lettered >= Some(1.0), "{metrics}");
 
     let second = reconcile(sale.settings(), Policy::Republish).await.unwrap();
     assert_eq!(findings(&second), [("missing_order", Outcome::Repaired)]);
