@@ -4,7 +4,8 @@
 #   ensure-tools.sh COMMAND[:PACKAGE]...     e.g. ensure-tools.sh make curl flock:util-linux
 #
 # Does nothing when every command is there; otherwise apt-get installs the packages
-# (PACKAGE defaults to COMMAND), which needs root.
+# (PACKAGE defaults to COMMAND), which needs root. Only the tools are wanted: policy-rc.d
+# keeps a package's own system service (redis, mariadb, prometheus) from starting.
 set -euo pipefail
 
 missing=()
@@ -20,4 +21,10 @@ fi
 echo "installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
+policy=/usr/sbin/policy-rc.d
+created_policy=0
+if [[ ! -e $policy ]]; then
+  printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && created_policy=1
+fi
+trap '[[ $created_policy == 1 ]] && rm -f "$policy"' EXIT
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
