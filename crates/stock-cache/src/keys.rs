@@ -32,6 +32,14 @@ impl ProductKeys {
     }
 }
 
+impl ProductKeys {
+    /// meta, stock, flow, users, tomb: the KEYS of `pre_deduct.lua` and `release.lua`,
+    /// in their order.
+    pub(crate) fn sale_keys(&self) -> [&str; 5] {
+        [&self.meta, &self.stock, &self.flow, &self.users, &self.tomb]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -169,11 +169,7 @@ impl StockCache {
             let mut conn = self.connection().await?;
             let (code, stock): (i64, i64) = scripts::invoke(
                 scripts::PRE_DEDUCT
-                    .key(&keys.meta)
-                    .key(&keys.stock)
-                    .key(&keys.flow)
-                    .key(&keys.users)
-                    .key(&keys.tomb)
+                    .key(&keys.sale_keys()[..])
                     .arg(token.to_string())
                     .arg(user.get())
                     .arg(quantity),
@@ -215,11 +211,7 @@ impl StockCache {
             let mut conn = self.connection().await?;
             let code: i64 = scripts::invoke(
                 scripts::RELEASE
-                    .key(&keys.meta)
-                    .key(&keys.stock)
-                    .key(&keys.flow)
-                    .key(&keys.users)
-                    .key(&keys.tomb)
+                    .key(&keys.sale_keys()[..])
                     .arg(token.to_string())
                     .arg(reason),
                 &mut conn,

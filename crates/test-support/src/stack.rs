@@ -4,7 +4,10 @@
 
 use std::collections::BTreeMap;
 
+use domain::ProductId;
+use order_store::NewProduct;
 use platform::Settings;
+use stock_cache::{LoadMode, LoadSpec};
 
 use crate::mysql::TestDb;
 use crate::redis::TestRedis;
@@ -81,5 +84,36 @@ impl TestStack {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
         );
         Settings::from_sources(DEFAULT_CONFIG, env).expect("test settings are valid")
+    }
+
+    /// A product open for sale now, with the same stock defined in MySQL and loaded in
+    /// Redis — the state an admin PUT leaves, without a gateway.
+    pub async fn open_sale(&self, product: ProductId, stock: i64, per_user_limit: u32) {
+        let definition = NewProduct {
+            id: product,
+            name: "phone".into(),
+            initial_stock: stock,
+            per_user_limit,
+            starts_at: None,
+            ends_at: None,
+        };
+        self.db
+            .db()
+            .put_product(&definition, false)
+            .await
+            .expect("the product is defined in MySQL");
+        let spec = LoadSpec {
+            initial_stock: stock,
+            per_user_limit,
+            starts_at_ms: 0,
+            ends_at_ms: 0,
+            sellable_stock: stock,
+            mode: LoadMode::Fresh,
+        };
+        self.redis
+            .cache()
+            .load_product(product, &spec)
+            .await
+            .expect("the product is loaded in Redis");
     }
 }

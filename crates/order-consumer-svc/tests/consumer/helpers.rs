@@ -9,9 +9,9 @@ use order_consumer_svc::writer::OrderWriter;
 use order_queue::{
     BatchHandler, BatchVerdict, Delivery, LocalTransaction, MqRuntime, OrderPublisher, TxDecision,
 };
-use order_store::{Db, NewProduct};
+use order_store::Db;
 use platform::Settings;
-use stock_cache::{LoadMode, LoadSpec, StockCache};
+use stock_cache::StockCache;
 use test_support::service::InProcessService;
 use test_support::stack::TestStack;
 
@@ -93,38 +93,7 @@ pub async fn handle(writer: &Arc<OrderWriter>, batch: &[Delivery]) -> BatchVerdi
 }
 
 pub async fn put_product(stack: &TestStack, product: u64, stock: i64) {
-    stack
-        .db
-        .db()
-        .put_product(
-            &NewProduct {
-                id: ProductId(product),
-                name: "phone".into(),
-                initial_stock: stock,
-                per_user_limit: 5,
-                starts_at: None,
-                ends_at: None,
-            },
-            false,
-        )
-        .await
-        .unwrap();
-    stack
-        .redis
-        .cache()
-        .load_product(
-            ProductId(product),
-            &LoadSpec {
-                initial_stock: stock,
-                per_user_limit: 5,
-                starts_at_ms: 0,
-                ends_at_ms: i64::MAX,
-                sellable_stock: stock,
-                mode: LoadMode::Fresh,
-            },
-        )
-        .await
-        .unwrap();
+    stack.open_sale(ProductId(product), stock, 5).await;
 }
 
 /// A new order of one unit of `product` by `user`, reserved now.

@@ -262,8 +262,7 @@ impl Db {
             .first(&mut conn)
             .await
             .optional()?;
-        raw.map(|raw| RunRow::try_from(raw).map_err(StoreError::InvalidData))
-            .transpose()
+        to_run_row(raw)
     }
 
     /// MySQL's stock and the units ordered, read in ONE statement so that both come from
@@ -300,8 +299,7 @@ impl Db {
             .first(&mut conn)
             .await
             .optional()?;
-        raw.map(|raw| RunRow::try_from(raw).map_err(StoreError::InvalidData))
-            .transpose()
+        to_run_row(raw)
     }
 
     /// The discrepancies recorded for a run, in the order they were recorded.
@@ -315,4 +313,9 @@ impl Db {
             .await?;
         Ok(rows.into_iter().map(DiscrepancyRow::from).collect())
     }
+}
+
+fn to_run_row(raw: Option<RawRun>) -> Result<Option<RunRow>> {
+    raw.map(|raw| RunRow::try_from(raw).map_err(StoreError::InvalidData))
+        .transpose()
 }

@@ -4,11 +4,9 @@ use std::time::{Duration, Instant};
 use deadpool_redis::redis::AsyncCommands;
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
 use domain::{OrderPlaced, OrderToken, PreDeductOutcome, ProductId, UserId};
-use order_store::NewProduct;
 use platform::Settings;
 use reconcile_svc::report::{Finding, Outcome, Report};
 use reconcile_svc::{Application, ManualAction, Policy};
-use stock_cache::{LoadMode, LoadSpec};
 use test_support::service::InProcessService;
 use test_support::stack::TestStack;
 
@@ -25,36 +23,7 @@ impl Sale {
     /// count as missing their order.
     pub async fn open(grace_secs: &'static str) -> Self {
         let stack = TestStack::new().await;
-        stack
-            .db
-            .db()
-            .put_product(
-                &NewProduct {
-                    id: PRODUCT,
-                    name: "phone".into(),
-                    initial_stock: STOCK,
-                    per_user_limit: 5,
-                    starts_at: None,
-                    ends_at: None,
-                },
-                false,
-            )
-            .await
-            .unwrap();
-        let spec = LoadSpec {
-            initial_stock: STOCK,
-            per_user_limit: 5,
-            starts_at_ms: 0,
-            ends_at_ms: 0,
-            sellable_stock: STOCK,
-            mode: LoadMode::Fresh,
-        };
-        stack
-            .redis
-            .cache()
-            .load_product(PRODUCT, &spec)
-            .await
-            .unwrap();
+        stack.open_sale(PRODUCT, STOCK, 5).await;
         Self { stack, grace_secs }
     }
 
