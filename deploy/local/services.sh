@@ -18,6 +18,9 @@
 # SECKILL_SERVICES_STOP_TIMEOUT (s, default 30).
 set -euo pipefail
 
+# shellcheck source=deploy/local/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
 run_dir="${SECKILL_RUN_DIR:-${repo}/.run}"
@@ -80,26 +83,7 @@ ready() {
   curl -fsS -o /dev/null --max-time 2 "$(readyz_url "$1")" 2>/dev/null
 }
 
-tail_log() {
-  local f
-  f="$(log_file "$1")"
-  if [[ -s $f ]]; then
-    echo "---- last 30 lines of ${f} ----" >&2
-    tail -n 30 "$f" >&2
-    echo "----" >&2
-  fi
-}
 
-# See deploy/local/stack.sh.
-close_inherited_fds() {
-  local fd
-  for fd in /proc/"${BASHPID}"/fd/*; do
-    fd="${fd##*/}"
-    if ((fd > 2)) && [[ -e /proc/${BASHPID}/fd/${fd} ]]; then
-      exec {fd}>&-
-    fi
-  done
-}
 
 cmd_start() {
   local s pid logf pending=() waiting failed=0 deadline

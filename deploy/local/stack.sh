@@ -26,6 +26,9 @@
 #                                  port - 2 and port + 1)
 set -euo pipefail
 
+# shellcheck source=deploy/local/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
 run_dir="${SECKILL_RUN_DIR:-${repo}/.run}"
@@ -123,15 +126,6 @@ pid_of() {
   echo "$pid"
 }
 
-tail_log() {
-  local f
-  f="$(log_file "$1")"
-  if [[ -s $f ]]; then
-    echo "---- last 30 lines of ${f} ----" >&2
-    tail -n 30 "$f" >&2
-    echo "----" >&2
-  fi
-}
 
 fail_start() {
   printf 'stack: error: %s\n' "$2" >&2
@@ -299,17 +293,6 @@ lock_stack() {
   flock "$lock_fd"
 }
 
-# In a subshell about to exec a daemon: close descriptors inherited from the caller beyond
-# 0-2, so the daemon does not hold a pipe a CI runner or `make` waits on.
-close_inherited_fds() {
-  local fd
-  for fd in /proc/"${BASHPID}"/fd/*; do
-    fd="${fd##*/}"
-    if ((fd > 2)) && [[ -e /proc/${BASHPID}/fd/${fd} ]]; then
-      exec {fd}>&-
-    fi
-  done
-}
 
 start_one() {
   local c="$1" d pid offset logf cmd=()
