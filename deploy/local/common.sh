@@ -24,3 +24,28 @@ close_inherited_fds() {
     fi
   done
 }
+
+# alive PID: the process exists and is not a zombie. Unlike pid_of, it does not look at the
+# command line: a process just forked by a start command is still this shell until it reaches
+# its exec, and must not be taken for dead in that window.
+alive() {
+  local state
+  state="$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" || return 1
+  [[ -n $state && $state != Z ]]
+}
+
+# exit_reason PID: sets REPLY to how a child of this shell ended ("status N", "signal NAME").
+# Not to be called in a command substitution: a subshell cannot wait for its parent's child.
+exit_reason() {
+  local status=0
+  if ! jobs -p | grep -qx "$1"; then
+    REPLY="not started by this command"
+    return
+  fi
+  wait "$1" 2>/dev/null || status=$?
+  if ((status > 128 && status < 128 + 65)); then
+    REPLY="signal $(kill -l $((status - 128)))"
+  else
+    REPLY="status ${status}"
+  fi
+}

@@ -87,6 +87,7 @@ ready() {
 
 cmd_start() {
   local s pid logf pending=() waiting failed=0 deadline
+  local -A started=()
   command -v curl >/dev/null || die "curl is needed (apt-get install curl)"
   for s in seckill-migrate "${services[@]}"; do
     [[ -x ${bin_dir}/${s} ]] || die "${bin_dir}/${s} is missing: build first (make build)"
@@ -97,6 +98,7 @@ cmd_start() {
 
   for s in "${services[@]}"; do
     if pid="$(pid_of "$s")"; then
+      started[$s]=$pid
       log "${s}: running (pid ${pid})"
     else
       logf="$(log_file "$s")"
@@ -106,6 +108,7 @@ cmd_start() {
         </dev/null >>"$logf" 2>&1 &
       pid=$!
       echo "$pid" >"$(pid_file "$s")"
+      started[$s]=$pid
       log "${s}: started (pid ${pid}, log ${logf})"
     fi
     pending+=("$s")
@@ -117,8 +120,9 @@ cmd_start() {
     for s in "${pending[@]}"; do
       if ready "$s"; then
         log "${s}: ready ($(readyz_url "$s"))"
-      elif ! pid_of "$s" >/dev/null; then
-        printf 'services: error: %s exited during start\n' "$s" >&2
+      elif ! alive "${started[$s]}"; then
+        exit_reason "${started[$s]}"
+        printf 'services: error: %s exited during start (%s)\n' "$s" "$REPLY" >&2
         tail_log "$s"
         rm -f "$(pid_file "$s")"
         failed=1

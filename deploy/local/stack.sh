@@ -268,9 +268,10 @@ answers() {
 wait_ready() {
   local c="$1" pid="$2" offset="${3:-0}" deadline=$((SECONDS + start_timeout)) open_since=""
   while ! answers "$c" "$offset" "$open_since"; do
-    if ! pid_of "$c" >/dev/null; then
+    if ! alive "$pid"; then
       rm -f "$(pid_file "$c")"
-      fail_start "$c" "${c} (pid ${pid}) exited during start"
+      exit_reason "$pid"
+      fail_start "$c" "${c} (pid ${pid}) exited during start (${REPLY})"
     fi
     if ((SECONDS >= deadline)); then
       fail_start "$c" "${c} (pid ${pid}) did not answer within ${start_timeout}s (still running; see $(log_file "$c"))"
