@@ -118,6 +118,8 @@ pub struct OrderPageRow {
     pub order_token: String,
     pub user_id: UserId,
     pub quantity: u32,
+    /// When the gateway reserved it (unix ms), as the order message said.
+    pub reserved_at_ms: i64,
     pub has_stock_flow: bool,
 }
 

@@ -34,6 +34,10 @@ pub enum CacheError {
     Timeout(Duration),
     #[error("a script answered something it never returns: {0}")]
     UnexpectedReply(String),
+    /// Redis has lost the product (no meta): no decision can be read from it until an
+    /// operator reloads the product from MySQL.
+    #[error("the product is not loaded in Redis")]
+    NotLoaded,
 }
 
 /// What `release.lua` did.
@@ -74,6 +78,15 @@ pub struct LoadSpec {
     pub ends_at_ms: i64,
     pub sellable_stock: i64,
     pub mode: LoadMode,
+}
+
+/// An order MySQL holds, as [`StockCache::restore_orders`] writes it back into Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoredOrder {
+    pub order_token: String,
+    pub user_id: UserId,
+    pub quantity: u32,
+    pub reserved_at_ms: i64,
 }
 
 /// Why a token was tombstoned, and for whom when known.
@@ -182,20 +195,27 @@ impl StockCache {
         .await
     }
 
-    /// Runs `lua/confirm.lua`: true = COMMIT (the flow is committed), false = ROLLBACK.
+    /// Runs `lua/confirm.lua`: true = COMMIT (the flow is committed), false = ROLLBACK;
+    /// [`CacheError::NotLoaded`] when Redis lost the product and cannot tell.
     pub async fn confirm(&self, token: &OrderToken) -> Result<bool, CacheError> {
         let keys = self.keys(token.product_id());
         self.timed(async {
             let mut conn = self.connection().await?;
-            let committed: i64 = scripts::invoke(
+            let answer: i64 = scripts::invoke(
                 scripts::CONFIRM
                     .key(&keys.flow)
                     .key(&keys.tomb)
+                    .key(&keys.meta)
                     .arg(token.to_string()),
                 &mut conn,
             )
             .await?;
-            Ok(committed == 1)
+            match answer {
+                1 => Ok(true),
+                0 => Ok(false),
+                -4 => Err(CacheError::NotLoaded),
+                other => Err(CacheError::UnexpectedReply(other.to_string())),
+            }
         })
         .await
     }
@@ -272,6 +292,62 @@ impl StockCache {
             for token in tokens {
                 let keys = self.keys(token.product_id());
                 pipe.hset(&keys.result, token.to_string(), CONFIRMED)
+                    .ignore();
+            }
+            let () = pipe.query_async(&mut conn).await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The first step of rebuilding a product that Redis lost (see [`Self::restore_orders`]):
+    /// forgets whatever is left of its flows, buyers and results. Tombstones stay: a token
+    /// released or rolled back must never reserve again.
+    pub async fn forget_sale_state(&self, product: ProductId) -> Result<(), CacheError> {
+        let keys = self.keys(product);
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            let () = redis::cmd("DEL")
+                .arg(&keys.flow)
+                .arg(&keys.users)
+                .arg(&keys.result)
+                .query_async(&mut conn)
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Writes back, for orders MySQL holds, what the purchase path had written for them: a
+    /// committed flow (so the token can never reserve again and reconcile finds its order),
+    /// the buyer's units (the per-user limit) and the confirmed result (status polling).
+    /// Stock and meta come last, from [`Self::load_product`]: until then the product stays
+    /// "not loaded" and nobody buys against a half-rebuilt state.
+    pub async fn restore_orders(
+        &self,
+        product: ProductId,
+        orders: &[RestoredOrder],
+    ) -> Result<(), CacheError> {
+        if orders.is_empty() {
+            return Ok(());
+        }
+        let keys = self.keys(product);
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            let mut pipe = redis::pipe();
+            for order in orders {
+                // The same shape pre_deduct.lua writes; the stock at the time is not known.
+                let flow = format!(
+                    r#"{{"user_id":{},"quantity":{},"stock_before":0,"stock_after":0,"reserved_at_ms":{},"state":"committed"}}"#,
+                    order.user_id.get(),
+                    order.quantity,
+                    order.reserved_at_ms
+                );
+                pipe.hset(&keys.flow, &order.order_token, flow)
+                    .ignore()
+                    .hincr(&keys.users, order.user_id.get(), order.quantity)
+                    .ignore()
+                    .hset(&keys.result, &order.order_token, CONFIRMED)
                     .ignore();
             }
             let () = pipe.query_async(&mut conn).await?;

@@ -32,7 +32,13 @@ impl TestRedis {
     /// A fresh prefix and a cache on it. Panics when the server cannot be reached: a test
     /// without its Redis cannot say anything useful.
     pub fn new() -> Self {
-        let url = std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| DEFAULT_URL.into());
+        Self::on(&url_from_env())
+    }
+
+    /// [`TestRedis::new`] on another server than `SECKILL_TEST_REDIS_URL`'s, e.g. the fault
+    /// drills' own Redis.
+    pub fn on(url: &str) -> Self {
+        let url = url.to_owned();
         // 48 random bits: a collision between two live tests is not a practical concern.
         let prefix = format!("t{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
         // The pool connects lazily; ask now so that a missing server fails here, clearly.
@@ -86,26 +92,36 @@ impl Default for TestRedis {
     }
 }
 
+impl TestRedis {
+    /// Deletes every key under this test's prefix: what a Redis restarted without its data
+    /// leaves of the test's sale. Returns how many keys there were.
+    ///
+    /// A blocking connection needs no runtime, so this works from inside a `#[tokio::test]`
+    /// as well as after it (in `Drop`); the few round trips block only briefly.
+    pub fn delete_all_keys(&self) -> redis::RedisResult<usize> {
+        let mut conn = redis::Client::open(self.url.as_str())?.get_connection()?;
+        let keys = scan_prefix(&mut conn, &self.prefix)?;
+        for chunk in keys.chunks(500) {
+            let _: i64 = redis::cmd("DEL").arg(chunk).query(&mut conn)?;
+        }
+        Ok(keys.len())
+    }
+}
+
 impl Drop for TestRedis {
     fn drop(&mut self) {
-        // A blocking connection needs no runtime, so this works from inside a
-        // `#[tokio::test]` as well as after it; the few round trips block only briefly.
-        let deleted = redis::Client::open(self.url.as_str())
-            .and_then(|client| client.get_connection())
-            .and_then(|mut conn| {
-                let keys = scan_prefix(&mut conn, &self.prefix)?;
-                for chunk in keys.chunks(500) {
-                    let _: i64 = redis::cmd("DEL").arg(chunk).query(&mut conn)?;
-                }
-                Ok(())
-            });
-        if let Err(e) = deleted {
+        if let Err(e) = self.delete_all_keys() {
             eprintln!(
                 "test-support: could not delete the keys of prefix {}: {e}",
                 self.prefix
             );
         }
     }
+}
+
+/// `SECKILL_TEST_REDIS_URL`, or the local stack's Redis.
+pub fn url_from_env() -> String {
+    std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| DEFAULT_URL.into())
 }
 
 fn scan_prefix(conn: &mut redis::Connection, prefix: &str) -> redis::RedisResult<Vec<String>> {

@@ -77,18 +77,20 @@ impl Db {
                 orders::order_token,
                 orders::user_id,
                 orders::quantity,
+                orders::reserved_at,
                 stock_flow::id.nullable().is_not_null(),
             ))
-            .load::<(u64, String, u64, u32, bool)>(&mut conn)
+            .load::<(u64, String, u64, u32, chrono::NaiveDateTime, bool)>(&mut conn)
             .await?;
         Ok(rows
             .into_iter()
             .map(
-                |(id, order_token, user_id, quantity, has_stock_flow)| OrderPageRow {
+                |(id, order_token, user_id, quantity, reserved_at, has_stock_flow)| OrderPageRow {
                     id,
                     order_token,
                     user_id: UserId(user_id),
                     quantity,
+                    reserved_at_ms: reserved_at.and_utc().timestamp_millis(),
                     has_stock_flow,
                 },
             )

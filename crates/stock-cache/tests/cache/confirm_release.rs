@@ -166,3 +166,47 @@ async fn a_committed_token_still_counts_against_the_buyer_and_cannot_reserve_aga
     let held: i64 = conn.hget(cache.keys(PRODUCT).users, "1").await.unwrap();
     assert_eq!(held, 1);
 }
+
+#[tokio::test]
+async fn a_check_back_after_redis_lost_the_product_gets_no_answer_and_writes_nothing() {
+    let redis = on_sale(10, 2).await;
+    let cache = redis.cache();
+    let token = reserve(cache, 1, 1).await;
+    redis.delete_all_keys().unwrap();
+
+    let answer = cache.confirm(&token).await;
+
+    assert!(
+        matches!(answer, Err(stock_cache::CacheError::NotLoaded)),
+        "{answer:?}"
+    );
+    assert_eq!(snapshot(&redis, PRODUCT).await, Default::default());
+}
+
+#[tokio::test]
+async fn a_rebuild_forgets_flows_buyers_and_results_but_keeps_tombstones() {
+    let redis = on_sale(10, 2).await;
+    let cache = redis.cache();
+    let kept = reserve(cache, 1, 1).await;
+    cache.mark_confirmed(std::slice::from_ref(&kept)).await.unwrap();
+    let released = reserve(cache, 2, 1).await;
+    cache.release(&released, "send_failed").await.unwrap();
+
+    cache.forget_sale_state(PRODUCT).await.unwrap();
+    let restored = stock_cache::RestoredOrder {
+        order_token: kept.to_string(),
+        user_id: UserId(1),
+        quantity: 1,
+        reserved_at_ms: 1_700_000_000_000,
+    };
+    cache.restore_orders(PRODUCT, &[restored]).await.unwrap();
+
+    let after = snapshot(&redis, PRODUCT).await;
+    assert_eq!(after.flow.len(), 1);
+    let flow = cache.order_view(&kept).await.unwrap().flow.unwrap();
+    assert_eq!((flow.user_id, flow.quantity), (UserId(1), 1));
+    assert_eq!(flow.state, FlowState::Committed);
+    assert_eq!(after.users, [("1".to_owned(), "1".to_owned())].into());
+    assert_eq!(after.result[&kept.to_string()], "confirmed");
+    assert!(after.tomb.contains_key(&released.to_string()));
+}

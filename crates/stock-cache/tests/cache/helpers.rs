@@ -54,7 +54,7 @@ pub async fn reserve(cache: &StockCache, user: u64, quantity: u32) -> OrderToken
 }
 
 /// Every key of a product as Redis holds it, to show that a call wrote nothing.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
     pub stock: Option<String>,
     pub meta: HashMap<String, String>,
