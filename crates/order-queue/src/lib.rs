@@ -9,7 +9,8 @@
 //! [`message`] turns an [`domain::OrderPlaced`] into a RocketMQ message (topic, tag, key = order
 //! token, JSON body, `traceparent` user property) and a received one into a [`Delivery`];
 //! [`publisher`] holds [`OrderPublisher`] and the transaction listener adapter; [`subscriber`]
-//! holds [`OrderSubscriber`]; [`topic`] creates the topic at start-up; [`error`] is [`MqError`].
+//! holds [`OrderSubscriber`]; [`topic`] creates the topic at start-up; [`backlog`] counts the
+//! messages the consumers have still to write; [`error`] is [`MqError`].
 //!
 //! The client calls listeners **synchronously on its blocking pool** (not on an async worker),
 //! which is why [`LocalTransaction`] and [`BatchHandler`] are plain `fn`s: an implementation
@@ -19,6 +20,7 @@
 //! `Unknown` and waits for the broker's check-back — so size it with
 //! [`MqRuntime::new`]'s `blocking_parallelism` for the concurrency the service expects.
 
+pub mod backlog;
 pub mod error;
 pub mod message;
 pub mod publisher;
@@ -27,6 +29,7 @@ pub mod settings;
 pub mod subscriber;
 pub mod topic;
 
+pub use backlog::OrderBacklog;
 pub use error::MqError;
 pub use message::{Delivery, TRACEPARENT_PROPERTY};
 pub use publisher::{LocalTransaction, OrderPublisher, TxDecision};

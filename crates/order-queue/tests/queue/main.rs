@@ -2,6 +2,7 @@
 //! `bash deploy/local/stack.sh up` starts one). Every test has its own topic and groups, so
 //! they run in parallel. Waits are bounded; timings go to stderr (`--nocapture` shows them).
 
+mod backlog;
 mod helpers;
 mod lifecycle;
 mod publish;
