@@ -13,7 +13,7 @@ export BIN_DIR ?= $(CARGO_TARGET_DIR)/release
 STACK := deploy/local/stack.sh
 SERVICES := deploy/local/services.sh
 
-.PHONY: help stack stack-down build run stop stop-all demo bench test lint k8s-lint e2e
+.PHONY: help stack stack-down build run stop stop-all demo bench test fuzz lint k8s-lint e2e
 
 ##@ Help
 
@@ -60,12 +60,16 @@ test: ## Everything CI runs: fmt, clippy, the stack, the debug binaries, cargo t
 	$(STACK) up
 	cargo build --workspace --bins
 	cargo test --workspace
+	deploy/test/fuzz.sh 10
+
+fuzz: ## Fuzz the purchase-token verifier, the order message decoder and the order-token parser (300 s each)
+	deploy/test/fuzz.sh
 
 lint: ## fmt check, clippy, shellcheck, and k8s-lint
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	deploy/local/ensure-tools.sh shellcheck
-	shellcheck deploy/local/*.sh deploy/*.sh deploy/e2e/*.sh .ci/run
+	shellcheck deploy/local/*.sh deploy/*.sh deploy/e2e/*.sh deploy/test/*.sh .ci/run
 	deploy/k8s-lint.sh
 
 # The dashboard and the alert rules are checked with the rest of `make lint`.

@@ -1,0 +1,20 @@
+//! The order message body, decoded by the consumer (`order-consumer-svc`'s writer) and by
+//! the producer's local-transaction listener with `OrderPlaced::decode`: bytes straight
+//! from the broker.
+
+#![no_main]
+
+use domain::OrderPlaced;
+use domain::message::ORDER_PLACED_VERSION;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|body: &[u8]| {
+    if let Ok(order) = OrderPlaced::decode(body) {
+        assert_eq!(order.v, ORDER_PLACED_VERSION);
+        assert_eq!(order.order_token.product_id(), order.product_id);
+        assert!(order.quantity > 0);
+        // What decodes re-encodes to a body that decodes to the same order.
+        let decoded = OrderPlaced::decode(&order.encode()).expect("a re-encoded order decodes");
+        assert_eq!(decoded, order);
+    }
+});
