@@ -203,6 +203,18 @@ prepare_namesrv() {
     --log-filter "${SECKILL_MQ_LOG_FILTER:-warn}")
 }
 
+# The broker stops storing messages (every send fails with broker.operation.failed) once
+# the disk under its store is 90% used, counting only the space an unprivileged process
+# may use; it keeps running and says only "disk capacity requires reclaim".
+warn_if_disk_nearly_full() {
+  local size avail used
+  read -r size avail < <(df -P -k "$1" | awk 'NR == 2 { print $2, $4 }')
+  used=$(((size - avail) * 100 / size))
+  if ((used >= 85)); then
+    log "warning: the disk under $1 is ${used}% used; the broker refuses every message from 90% (free space, e.g. old build output)"
+  fi
+}
+
 prepare_broker() {
   local d="$1"
   ensure_rocketmq
@@ -210,6 +222,7 @@ prepare_broker() {
   port_open "$NAMESRV_PORT" ||
     die "broker: the name server (127.0.0.1:${NAMESRV_PORT}) does not answer; start it first (stack.sh start namesrv)"
   mkdir -p "${d}/store" "${d}/home"
+  warn_if_disk_nearly_full "${d}/store"
   render "${here}/rocketmq/broker.toml.tmpl" "${d}/broker.toml" \
     "PORT=${BROKER_PORT}" "HA_PORT=${BROKER_HA_PORT}" "NAMESRV_PORT=${NAMESRV_PORT}" \
     "STORE_DIR=${d}/store" \
