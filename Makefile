@@ -61,6 +61,7 @@ test: ## Everything CI runs: fmt, clippy, the stack, the debug binaries, cargo t
 	cargo build --workspace --bins
 	cargo test --workspace
 	deploy/test/fuzz.sh 10
+	deploy/test/api-contract.sh
 
 fuzz: ## Fuzz the purchase-token verifier, the order message decoder and the order-token parser (300 s each)
 	deploy/test/fuzz.sh

@@ -31,6 +31,15 @@ pub enum ApiError {
     SoldOut,
     #[error("the product has orders; send \"force\": true to restock it")]
     OrdersExist,
+    #[error("the product is loaded in Redis; a reload only rebuilds a product Redis lost")]
+    ProductLoaded,
+    #[error(
+        "{0} order message(s) are still on their way to MySQL; reload again once the order consumers have caught up"
+    )]
+    OrdersInFlight(u64),
+    /// A known path asked with a method it does not have; carries the `Allow` value.
+    #[error("this path takes {0}")]
+    MethodNotAllowed(String),
     #[error("too many requests")]
     RateLimited { retry_after_secs: u64 },
     #[error("{message}")]
@@ -49,6 +58,54 @@ impl ApiError {
         }
     }
 
+    /// One error of each kind. The OpenAPI document builds every error response from this
+    /// list, so that each status names exactly the codes that map to it.
+    pub fn every_kind() -> [ApiError; 15] {
+        let every = [
+            Self::BadRequest(String::new()),
+            Self::PayloadTooLarge(String::new()),
+            Self::Unauthenticated(""),
+            Self::InvalidToken(""),
+            Self::SaleNotOpen,
+            Self::NotFound(""),
+            Self::Duplicate,
+            Self::LimitExceeded,
+            Self::SoldOut,
+            Self::OrdersExist,
+            Self::ProductLoaded,
+            Self::OrdersInFlight(0),
+            Self::MethodNotAllowed(String::new()),
+            Self::RateLimited {
+                retry_after_secs: 1,
+            },
+            Self::Unavailable {
+                message: "",
+                cause: None,
+            },
+        ];
+        // No wildcard: a new variant stops this from compiling until it is listed above too.
+        for error in &every {
+            match error {
+                Self::BadRequest(_)
+                | Self::PayloadTooLarge(_)
+                | Self::Unauthenticated(_)
+                | Self::InvalidToken(_)
+                | Self::SaleNotOpen
+                | Self::NotFound(_)
+                | Self::Duplicate
+                | Self::LimitExceeded
+                | Self::SoldOut
+                | Self::OrdersExist
+                | Self::ProductLoaded
+                | Self::OrdersInFlight(_)
+                | Self::MethodNotAllowed(_)
+                | Self::RateLimited { .. }
+                | Self::Unavailable { .. } => {}
+            }
+        }
+        every
+    }
+
     pub fn code(&self) -> &'static str {
         match self {
             Self::BadRequest(_) => "BAD_REQUEST",
@@ -61,6 +118,9 @@ impl ApiError {
             Self::LimitExceeded => "LIMIT_EXCEEDED",
             Self::SoldOut => "SOLD_OUT",
             Self::OrdersExist => "ORDERS_EXIST",
+            Self::ProductLoaded => "PRODUCT_LOADED",
+            Self::OrdersInFlight(_) => "ORDERS_IN_FLIGHT",
+            Self::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
             Self::RateLimited { .. } => "RATE_LIMITED",
             Self::Unavailable { .. } => "UNAVAILABLE",
         }
@@ -75,9 +135,13 @@ impl ResponseError for ApiError {
             Self::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             Self::InvalidToken(_) | Self::SaleNotOpen => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::Duplicate | Self::LimitExceeded | Self::SoldOut | Self::OrdersExist => {
-                StatusCode::CONFLICT
-            }
+            Self::Duplicate
+            | Self::LimitExceeded
+            | Self::SoldOut
+            | Self::OrdersExist
+            | Self::ProductLoaded
+            | Self::OrdersInFlight(_) => StatusCode::CONFLICT,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -91,11 +155,19 @@ impl ResponseError for ApiError {
             tracing::warn!(error = ?cause, code = self.code(), "{self}");
         }
         let mut response = HttpResponse::build(self.status_code());
-        if let Self::RateLimited { retry_after_secs } = self {
-            response.insert_header((
-                header::RETRY_AFTER,
-                HeaderValue::from(retry_after_secs.max(&1).to_owned()),
-            ));
+        match self {
+            Self::RateLimited { retry_after_secs } => {
+                response.insert_header((
+                    header::RETRY_AFTER,
+                    HeaderValue::from(retry_after_secs.max(&1).to_owned()),
+                ));
+            }
+            Self::MethodNotAllowed(allow) => {
+                if let Ok(allow) = HeaderValue::from_str(allow) {
+                    response.insert_header((header::ALLOW, allow));
+                }
+            }
+            _ => {}
         }
         response.json(json!({"error": {"code": self.code(), "message": self.to_string()}}))
     }
@@ -117,6 +189,13 @@ mod tests {
         let body = to_bytes(response.into_body()).await.unwrap();
         let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(json["error"]["code"], "RATE_LIMITED");
+    }
+
+    #[test]
+    fn every_kind_lists_each_code_once() {
+        let codes: std::collections::BTreeSet<_> =
+            ApiError::every_kind().iter().map(ApiError::code).collect();
+        assert_eq!(codes.len(), ApiError::every_kind().len());
     }
 
     #[test]

@@ -151,6 +151,10 @@ impl PurchaseDesk {
             }
         }
 
+        // Crash point 1: the unit is reserved in Redis and no message exists; reconcile
+        // finds the flow once its grace window has passed.
+        platform::crash_point!("gateway::after_pre_deduct");
+
         let order = OrderPlaced::new(
             claims.order_token.clone(),
             claims.user_id,
@@ -291,6 +295,10 @@ impl ConfirmInRedis {
 
 impl LocalTransaction for ConfirmInRedis {
     fn execute(&self, order: &OrderPlaced) -> TxDecision {
+        // Crash point 2: the half message is stored and the flow reserved, but no answer
+        // will come from here; the broker's check-back, served by any gateway of the
+        // producer group, commits it from the flow record.
+        platform::crash_point!("gateway::in_local_transaction");
         let token = &order.order_token;
         let parent = self.send_spans.get(token);
         let span = tracing::info_span!(

@@ -8,7 +8,7 @@ use actix_web::dev::Server;
 use actix_web::{App, HttpServer, middleware, web};
 use anyhow::Context;
 use domain::TokenSigner;
-use order_queue::{MqRuntime, OrderPublisher};
+use order_queue::{MqRuntime, OrderBacklog, OrderPublisher};
 use order_store::Db;
 use platform::Settings;
 use platform::ops::{self, OpsState};
@@ -18,6 +18,7 @@ use secrecy::ExposeSecret;
 use stock_cache::StockCache;
 
 use crate::identity::IdentityConfig;
+use crate::openapi::Document;
 use crate::purchase::{ConfirmInRedis, PurchaseDesk, SendSpans};
 use crate::rate_limit::RateLimits;
 use crate::routes::{self, AppState};
@@ -85,6 +86,11 @@ impl Application {
                 .await
                 .context("cannot start the transactional producer")?,
         );
+        let backlog = Arc::new(
+            OrderBacklog::start(&mq_runtime, &settings.rocketmq)
+                .await
+                .context("cannot start the order backlog probe")?,
+        );
 
         let sold_out = Arc::new(SoldOutFlags::default());
         let state = web::Data::new(AppState {
@@ -100,7 +106,10 @@ impl Application {
             limits: RateLimits::new(&settings.rate_limit),
             sold_out,
             token_ttl: Duration::from_secs(settings.tokens.ttl_secs),
+            backlog,
+            reload_drain: Duration::from_secs(settings.gateway.reload_drain_secs),
         });
+        let openapi = web::Data::new(Document::new(settings.auth.mode));
         let identity = web::Data::new(IdentityConfig::new(
             settings.auth.mode,
             &settings.auth.jwt_secret,
@@ -123,6 +132,7 @@ impl Application {
                 .wrap(middleware::from_fn(platform::http::observe))
                 .app_data(app_state.clone())
                 .app_data(identity.clone())
+                .app_data(openapi.clone())
                 .configure(|cfg| ops::configure(cfg, ops_state.clone()))
                 .configure(|cfg| routes::configure(cfg, max_body))
                 .default_service(web::to(routes::not_found))
@@ -167,6 +177,7 @@ impl Application {
         let _ = server.await;
         watchers.abort();
         self.publisher.shutdown().await;
+        self.state.backlog.shutdown().await;
         self.mq_runtime.shutdown().await;
         drop(self.confirm_runtime);
         tracing::info!("Gateway stopped.");

@@ -10,6 +10,7 @@
 //! - [`runtime`]: a side runtime for the work the RocketMQ client hands over on its threads.
 
 pub mod auth;
+pub mod faults;
 pub mod http;
 pub mod ops;
 pub mod runtime;

@@ -29,6 +29,8 @@ pub struct GatewaySettings {
     pub listen: String,
     pub max_body_bytes: usize,
     pub shutdown_grace_secs: u64,
+    /// How long an admin reload waits for the order consumers to empty their backlog.
+    pub reload_drain_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

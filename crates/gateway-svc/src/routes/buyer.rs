@@ -5,17 +5,55 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use domain::{OrderToken, PurchaseClaims, TokenError};
 use platform::telemetry::short_token;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::error::ApiError;
 use crate::identity::Buyer;
-use crate::routes::{AppState, product_id};
+use crate::openapi::{
+    BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, RateLimited, Unauthenticated,
+    Unavailable,
+};
+use crate::routes::{AppState, ProductPath, product_id, whole_number};
 
-#[derive(Serialize)]
-struct TokenIssued {
+/// A purchase token: present it, once, to buy this product.
+#[derive(Serialize, ToSchema)]
+pub struct TokenIssued {
+    /// Opaque; bound to the buyer, the product and `expires_at`.
     token: String,
+    /// When the token stops being accepted (RFC 3339, UTC, milliseconds).
+    #[schema(format = DateTime)]
     expires_at: String,
 }
 
+/// Issue a purchase token.
+///
+/// A one-time token, bound to the buyer, the product and an expiry (`tokens.ttl_secs`), that
+/// the purchase must present. 403 is `SALE_NOT_OPEN` (before the window or after it); 404 an
+/// unknown product; 503 a product MySQL knows but Redis has not loaded. Counts against the
+/// instance's and the buyer's rate limits.
+#[utoipa::path(
+    post,
+    path = "/api/v1/products/{product_id}/tokens",
+    tag = "buyer",
+    params(ProductPath),
+    security(("buyer" = [])),
+    responses(
+        (status = 201, description = "A purchase token.", body = TokenIssued, links(
+            ("Purchase" = (
+                operation_id = "purchase",
+                description = "Buy one unit with the token.",
+                parameters(("product_id" = "$request.path.product_id")),
+                request_body = json!({"token": "$response.body#/token", "quantity": 1}),
+            )),
+        )),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    )
+)]
 pub async fn issue_token(
     state: web::Data<AppState>,
     path: web::Path<String>,
@@ -61,18 +99,65 @@ async fn not_loaded_or_unknown(state: &AppState, product: domain::ProductId) -> 
     }
 }
 
-#[derive(Deserialize)]
+/// A purchase: the token from `POST …/tokens` and how many units.
+#[derive(Deserialize, ToSchema)]
 pub struct PurchaseRequest {
+    /// The purchase token, as issued to this buyer for this product.
     token: String,
+    /// Units to buy: at least 1, at most the product's per-user limit.
+    #[schema(format = "uint32", minimum = 1, maximum = 4_294_967_295_u32)]
+    #[serde(deserialize_with = "whole_number")]
     quantity: u32,
 }
 
-#[derive(Serialize)]
-struct Queued {
+/// The order is queued: it will be written, or the unit goes back on sale.
+#[derive(Serialize, ToSchema)]
+pub struct Queued {
+    /// The order's key, for `GET /api/v1/orders/{order_token}`.
+    #[schema(pattern = r"^[0-9]+-[0-9a-f]{32}$")]
     order_token: String,
-    status: &'static str,
+    status: QueuedStatus,
 }
 
+/// A purchase answered 202 is always `queued`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum QueuedStatus {
+    Queued,
+}
+
+/// Buy.
+///
+/// The Redis pre-deduct and, for a winner, the transactional order message; 202 means the
+/// order is queued. 400 is a malformed body or a quantity above the per-user limit; 403
+/// `INVALID_TOKEN` (forged, expired, another buyer's or product's) or `SALE_NOT_OPEN`; 409
+/// `DUPLICATE` (the token was used), `LIMIT_EXCEEDED` or `SOLD_OUT`; 503 Redis or the broker
+/// unreachable, or the product not loaded. Counts against the instance's and the buyer's
+/// rate limits.
+#[utoipa::path(
+    post,
+    path = "/api/v1/products/{product_id}/purchase",
+    tag = "buyer",
+    params(ProductPath),
+    request_body = PurchaseRequest,
+    security(("buyer" = [])),
+    responses(
+        (status = 202, description = "Queued.", body = Queued, links(
+            ("OrderStatus" = (
+                operation_id = "order_status",
+                description = "Where the order is.",
+                parameters(("order_token" = "$response.body#/order_token")),
+            )),
+        )),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 409, response = Conflict),
+        (status = 413, response = PayloadTooLarge),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    )
+)]
 #[tracing::instrument(name = "purchase", skip_all, fields(product_id = %path.as_str(), user_id = %buyer.0))]
 pub async fn purchase(
     state: web::Data<AppState>,
@@ -110,18 +195,50 @@ pub async fn purchase(
     tracing::info!(order = %short_token(&claims.order_token), quantity = body.quantity, "Purchase queued.");
     Ok(HttpResponse::Accepted().json(Queued {
         order_token: claims.order_token.to_string(),
-        status: "queued",
+        status: QueuedStatus::Queued,
     }))
 }
 
-#[derive(Serialize)]
-struct OrderStatus {
+/// Where an order is.
+#[derive(Serialize, ToSchema)]
+pub struct OrderStatus {
+    #[schema(pattern = r"^[0-9]+-[0-9a-f]{32}$")]
     order_token: String,
+    #[schema(format = "uint64", maximum = 18_446_744_073_709_551_615_u64)]
     product_id: u64,
+    #[schema(format = "uint32", maximum = 4_294_967_295_u32)]
     quantity: u32,
-    status: &'static str,
+    status: OrderState,
 }
 
+/// `queued`: reserved, its order not yet written; `confirmed`: committed (MySQL has it, or
+/// will); `failed`: the reservation was given back.
+#[derive(Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OrderState {
+    Queued,
+    Confirmed,
+    Failed,
+}
+
+/// An order's status.
+///
+/// The buyer's own orders only: another buyer's, a malformed token and an unknown one are
+/// all 404. Counts against the instance-wide rate limit only (clients poll it).
+#[utoipa::path(
+    get,
+    path = "/api/v1/orders/{order_token}",
+    tag = "buyer",
+    params(("order_token" = String, Path, description = "The order token from the purchase, `<product>-<32 hex>`.")),
+    security(("buyer" = [])),
+    responses(
+        (status = 200, description = "The order.", body = OrderStatus),
+        (status = 401, response = Unauthenticated),
+        (status = 404, response = NotFound),
+        (status = 429, response = RateLimited),
+        (status = 503, response = Unavailable),
+    )
+)]
 pub async fn order_status(
     state: web::Data<AppState>,
     path: web::Path<String>,
@@ -138,15 +255,15 @@ pub async fn order_status(
                 flow.user_id,
                 flow.quantity,
                 if view.confirmed {
-                    "confirmed"
+                    OrderState::Confirmed
                 } else {
-                    "queued"
+                    OrderState::Queued
                 },
             ),
             (None, Some(tomb)) if tomb.user_id.is_some() => (
                 tomb.user_id.expect("checked"),
                 tomb.quantity.unwrap_or(0),
-                "failed",
+                OrderState::Failed,
             ),
             _ => from_mysql(&state, &token).await?,
         },
@@ -168,14 +285,14 @@ pub async fn order_status(
 async fn from_mysql(
     state: &AppState,
     token: &OrderToken,
-) -> Result<(domain::UserId, u32, &'static str), ApiError> {
+) -> Result<(domain::UserId, u32, OrderState), ApiError> {
     let order = state
         .db
         .order(token)
         .await
         .map_err(|e| ApiError::unavailable("MySQL cannot be reached", e))?
         .ok_or(ApiError::NotFound("order"))?;
-    Ok((order.user_id, order.quantity, "confirmed"))
+    Ok((order.user_id, order.quantity, OrderState::Confirmed))
 }
 
 /// RFC 3339 of unix milliseconds; 0 means "not set".

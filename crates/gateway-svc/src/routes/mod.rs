@@ -2,16 +2,25 @@
 
 pub mod admin;
 pub mod buyer;
+pub mod reload;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::{HttpRequest, HttpResponse, error::JsonPayloadError, error::PathError, web};
+use actix_web::http::Method;
+use actix_web::{
+    HttpRequest, HttpResponse, ResponseError, Route, error::JsonPayloadError, error::PathError, web,
+};
 use domain::{ProductId, TokenSigner};
+use order_queue::OrderBacklog;
 use order_store::Db;
+use serde::de::{Deserialize, Deserializer, Error as _, Unexpected};
 use stock_cache::StockCache;
+use utoipa::IntoParams;
 
 use crate::error::ApiError;
+use crate::openapi;
 use crate::purchase::PurchaseDesk;
 use crate::rate_limit::RateLimits;
 use crate::sold_out::SoldOutFlags;
@@ -25,6 +34,52 @@ pub struct AppState {
     pub limits: RateLimits,
     pub sold_out: Arc<SoldOutFlags>,
     pub token_ttl: Duration,
+    /// Asked by a reload: the order messages not yet written to MySQL.
+    pub backlog: Arc<OrderBacklog>,
+    pub reload_drain: Duration,
+}
+
+/// The `{product_id}` of the product routes, as the OpenAPI document describes it. The
+/// handlers take the raw segment and parse it with [`product_id`], so that a bad one is
+/// answered with the API's 400 rather than the extractor's.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ProductPath {
+    /// The product: decimal digits, a u64.
+    #[param(format = "uint64", maximum = 18_446_744_073_709_551_615_u64)]
+    pub product_id: u64,
+}
+
+/// A JSON number with no fractional part (`2`, `2.0`, `2e0`), as a `T`, for the body fields
+/// the OpenAPI document calls `integer`. JSON has one number type and JSON Schema counts
+/// `2.0` as an integer, so refusing it, as serde does for an integer type, would refuse
+/// input the document allows. A fraction, a string or a value out of `T`'s range is still
+/// an error (400).
+pub fn whole_number<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: TryFrom<u64> + TryFrom<i64>,
+{
+    let number = serde_json::Number::deserialize(deserializer)?;
+    let whole = if let Some(n) = number.as_u64() {
+        T::try_from(n).ok()
+    } else if let Some(n) = number.as_i64() {
+        T::try_from(n).ok()
+    } else {
+        // 2^64 and -2^63 are exact in an f64; within them `as` converts a whole value exactly.
+        number.as_f64().and_then(|f| match f {
+            f if f.fract() != 0.0 => None,
+            f if (0.0..18_446_744_073_709_551_616.0).contains(&f) => T::try_from(f as u64).ok(),
+            f if (-9_223_372_036_854_775_808.0..0.0).contains(&f) => T::try_from(f as i64).ok(),
+            _ => None,
+        })
+    };
+    whole.ok_or_else(|| {
+        D::Error::invalid_value(
+            Unexpected::Other(&format!("the number {number}")),
+            &"a whole number in range",
+        )
+    })
 }
 
 /// `{product_id}` as a u64, or 400.
@@ -33,7 +88,61 @@ pub fn product_id(raw: &str) -> Result<ProductId, ApiError> {
         .map_err(|_| ApiError::BadRequest(format!("product id `{raw}` is not a u64")))
 }
 
-/// Registers every route, with the extractor errors mapped to the API's error shape.
+/// The ops endpoints that `platform::ops::configure` mounts on the gateway's server, all
+/// `GET`. Listed here because their handlers live in `platform`.
+pub const OPS_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+
+/// The gateway's own routes: (method, path, handler). [`configure`] mounts exactly these,
+/// and [`routes`] lists them for the test that holds the OpenAPI document to what is mounted,
+/// so a route added here without its documentation fails that test.
+fn api_routes() -> Vec<(Method, &'static str, Route)> {
+    vec![
+        (
+            Method::POST,
+            "/api/v1/products/{product_id}/tokens",
+            web::to(buyer::issue_token),
+        ),
+        (
+            Method::POST,
+            "/api/v1/products/{product_id}/purchase",
+            web::to(buyer::purchase),
+        ),
+        (
+            Method::GET,
+            "/api/v1/orders/{order_token}",
+            web::to(buyer::order_status),
+        ),
+        (
+            Method::PUT,
+            "/admin/v1/products/{product_id}",
+            web::to(admin::put_product),
+        ),
+        (
+            Method::GET,
+            "/admin/v1/products/{product_id}",
+            web::to(admin::get_product),
+        ),
+        (
+            Method::POST,
+            "/admin/v1/products/{product_id}/reload",
+            web::to(reload::reload_product),
+        ),
+        (Method::GET, openapi::PATH, web::to(openapi::serve)),
+    ]
+}
+
+/// Every (method, path) the gateway's server answers: its own routes and the ops endpoints.
+pub fn routes() -> Vec<(Method, &'static str)> {
+    api_routes()
+        .into_iter()
+        .map(|(method, path, _)| (method, path))
+        .chain(OPS_PATHS.map(|path| (Method::GET, path)))
+        .collect()
+}
+
+/// Registers every route, with the extractor errors mapped to the API's error shape. Call
+/// it after `platform::ops::configure`: the 405 fallbacks registered here cover the ops
+/// paths too, and a fallback must come after the routes of its path.
 pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
     cfg.app_data(
         web::JsonConfig::default()
@@ -41,24 +150,28 @@ pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
             .error_handler(json_error),
     )
     .app_data(web::PathConfig::default().error_handler(path_error))
-    .app_data(web::PayloadConfig::new(max_body_bytes))
-    .service(
-        web::scope("/api/v1")
-            .route(
-                "/products/{product_id}/tokens",
-                web::post().to(buyer::issue_token),
-            )
-            .route(
-                "/products/{product_id}/purchase",
-                web::post().to(buyer::purchase),
-            )
-            .route("/orders/{order_token}", web::get().to(buyer::order_status)),
-    )
-    .service(
-        web::scope("/admin/v1")
-            .route("/products/{product_id}", web::put().to(admin::put_product))
-            .route("/products/{product_id}", web::get().to(admin::get_product)),
-    );
+    .app_data(web::PayloadConfig::new(max_body_bytes));
+    for (method, path, route) in api_routes() {
+        cfg.route(path, route.method(method));
+    }
+    // Each route above is a resource guarded by its method, so a request for a known path
+    // with another method falls through to here: a 405 that names the methods the path has
+    // (an unknown path goes on to the app's 404).
+    let mut allowed: BTreeMap<&str, Vec<Method>> = BTreeMap::new();
+    for (method, path) in routes() {
+        allowed.entry(path).or_default().push(method);
+    }
+    for (path, methods) in allowed {
+        let allow = methods
+            .iter()
+            .map(Method::as_str)
+            .collect::<Vec<_>>()
+            .join(", ");
+        cfg.service(web::resource(path).default_service(web::to(move || {
+            let allow = allow.clone();
+            async move { ApiError::MethodNotAllowed(allow).error_response() }
+        })));
+    }
 }
 
 fn json_error(error: JsonPayloadError, _: &HttpRequest) -> actix_web::Error {
@@ -80,6 +193,5 @@ fn path_error(error: PathError, _: &HttpRequest) -> actix_web::Error {
 
 /// Answers every unknown route with the API's 404.
 pub async fn not_found() -> HttpResponse {
-    use actix_web::ResponseError;
     ApiError::NotFound("route").error_response()
 }

@@ -7,4 +7,6 @@ mod bad_input;
 mod helpers;
 mod identity;
 mod observability;
+mod openapi;
 mod purchase;
+mod reload;

@@ -54,7 +54,9 @@ async fn the_backlog_counts_orders_sent_while_no_consumer_runs_until_one_consume
         .await
         .expect("subscriber restarts");
     for order in &queued {
-        recorder.wait_for(&order.order_token, 1, "queued order").await;
+        recorder
+            .wait_for(&order.order_token, 1, "queued order")
+            .await;
     }
     // Consumed offsets reach the broker on the client's periodic offset flush.
     wait_for_backlog(&backlog, "after consuming", |pending| pending == 0).await;

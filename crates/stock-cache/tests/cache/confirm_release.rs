@@ -188,7 +188,10 @@ async fn a_rebuild_forgets_flows_buyers_and_results_but_keeps_tombstones() {
     let redis = on_sale(10, 2).await;
     let cache = redis.cache();
     let kept = reserve(cache, 1, 1).await;
-    cache.mark_confirmed(std::slice::from_ref(&kept)).await.unwrap();
+    cache
+        .mark_confirmed(std::slice::from_ref(&kept))
+        .await
+        .unwrap();
     let released = reserve(cache, 2, 1).await;
     cache.release(&released, "send_failed").await.unwrap();
 
