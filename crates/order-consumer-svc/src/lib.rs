@@ -3,6 +3,16 @@
 //!
 //! - [`startup`]: `Application::build(settings)` and `run_until_stopped`.
 //! - [`writer`]: one batch → one MySQL transaction → "confirmed" in Redis.
+//!
+//! Crash points for the fault drills (`crates/fault-drills`), present only with the
+//! `failpoints` feature and armed by `FAILPOINTS` (see `platform::faults`), e.g.
+//! `FAILPOINTS=consumer::after_commit=1*return` crashes the process at the first batch to
+//! get there; `…=1*sleep(3000)` holds that batch 3 s instead:
+//!
+//! | fail point | where, in [`writer`] | what a crash there leaves behind |
+//! | --- | --- | --- |
+//! | `consumer::before_commit` | a decoded batch, before its MySQL transaction | a batch pulled and not acknowledged, nothing of it written |
+//! | `consumer::after_commit` | the batch's transaction committed, before "confirmed" in Redis and the acknowledgement | a batch written and not acknowledged: it comes again |
 
 pub mod startup;
 pub mod writer;

@@ -119,6 +119,7 @@ impl OrderWriter {
         let order_spans = order_spans(&decoded);
         let mut orders: Vec<OrderPlaced> = decoded.iter().map(|(_, o)| o.clone()).collect();
 
+        platform::crash_point!("consumer::before_commit");
         let summary = match self
             .db
             .write_orders(&orders)
@@ -141,6 +142,7 @@ impl OrderWriter {
                 return BatchVerdict::RetryLater;
             }
         };
+        platform::crash_point!("consumer::after_commit");
         metrics::counter!("seckill_orders_written_total").increment(summary.inserted as u64);
         metrics::counter!("seckill_orders_duplicate_total").increment(summary.duplicates as u64);
         let now = chrono::Utc::now();

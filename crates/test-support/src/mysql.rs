@@ -27,19 +27,27 @@ impl TestDb {
     /// A new database with every migration applied. Panics when the server cannot be
     /// reached: a test without its database cannot say anything useful.
     pub async fn create() -> Self {
-        let test_db = Self::create_unmigrated().await;
+        Self::create_on(&server_url_from_env()).await
+    }
+
+    /// A new, empty database: for tests of the migrations themselves.
+    pub async fn create_unmigrated() -> Self {
+        Self::create_unmigrated_on(&server_url_from_env()).await
+    }
+
+    /// [`TestDb::create`] on another server than `SECKILL_TEST_MYSQL_URL`'s, e.g. the fault
+    /// drills' own MariaDB. `server_url` names no database.
+    pub async fn create_on(server_url: &str) -> Self {
+        let test_db = Self::create_unmigrated_on(server_url).await;
         order_store::migrate(&test_db.url)
             .await
             .unwrap_or_else(|e| panic!("migrating {}: {}", test_db.name, chain(&e)));
         test_db
     }
 
-    /// A new, empty database: for tests of the migrations themselves.
-    pub async fn create_unmigrated() -> Self {
-        let server_url = std::env::var("SECKILL_TEST_MYSQL_URL")
-            .unwrap_or_else(|_| DEFAULT_SERVER_URL.to_owned())
-            .trim_end_matches('/')
-            .to_owned();
+    /// [`TestDb::create_unmigrated`] on the server at `server_url`.
+    pub async fn create_unmigrated_on(server_url: &str) -> Self {
+        let server_url = server_url.trim_end_matches('/').to_owned();
         let name = format!("seckill_t_{:016x}", rand::random::<u64>());
         let url = with_database(&server_url, &name);
         order_store::create_database(&url).await.unwrap_or_else(|e| {
@@ -101,6 +109,11 @@ impl Drop for TestDb {
             Err(_) => eprintln!("test-support: dropping database {} panicked", self.name),
         }
     }
+}
+
+/// `SECKILL_TEST_MYSQL_URL`, or the local stack's MariaDB.
+pub fn server_url_from_env() -> String {
+    std::env::var("SECKILL_TEST_MYSQL_URL").unwrap_or_else(|_| DEFAULT_SERVER_URL.to_owned())
 }
 
 /// `server_url` with `database` as its path, keeping any `?options` at the end.

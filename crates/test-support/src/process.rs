@@ -36,6 +36,7 @@ pub struct ServiceProcess {
     pub name: &'static str,
     pub port: u16,
     child: Child,
+    log: PathBuf,
 }
 
 impl std::fmt::Debug for ServiceProcess {
@@ -56,7 +57,32 @@ impl ServiceProcess {
         env: &BTreeMap<String, String>,
         args: &[&str],
     ) -> Self {
-        let port = free_port();
+        Self::start_on(name, listen_var, free_port(), env, args).await
+    }
+
+    /// [`ServiceProcess::start`] on a given port: a restarted service keeps its address.
+    pub async fn start_on(
+        name: &'static str,
+        listen_var: &str,
+        port: u16,
+        env: &BTreeMap<String, String>,
+        args: &[&str],
+    ) -> Self {
+        let mut process = Self::spawn_on(name, listen_var, port, env, args);
+        process.wait_ready(Duration::from_secs(60)).await;
+        process
+    }
+
+    /// Starts the binary without waiting for `/readyz`: for a process that may end before
+    /// it is ready (a crash point armed for the first batch). The log is appended to, so a
+    /// restart on the same port keeps the earlier run's lines above its own.
+    pub fn spawn_on(
+        name: &'static str,
+        listen_var: &str,
+        port: u16,
+        env: &BTreeMap<String, String>,
+        args: &[&str],
+    ) -> Self {
         let binary = bin_dir().join(name);
         assert!(
             binary.exists(),
@@ -65,8 +91,12 @@ impl ServiceProcess {
         );
         let log_dir = std::env::temp_dir().join("seckill-test-logs");
         std::fs::create_dir_all(&log_dir).expect("a log folder");
-        let log =
-            std::fs::File::create(log_dir.join(format!("{name}-{port}.log"))).expect("a log file");
+        let log_path = log_dir.join(format!("{name}-{port}.log"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .expect("a log file");
         let child = Command::new(&binary)
             .args(args)
             .envs(env)
@@ -78,16 +108,31 @@ impl ServiceProcess {
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-        let process = Self { name, port, child };
-        process.wait_ready(Duration::from_secs(60)).await;
-        process
+        Self {
+            name,
+            port,
+            child,
+            log: log_path,
+        }
     }
 
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    async fn wait_ready(&self, timeout: Duration) {
+    /// Where the process's stdout and stderr go.
+    pub fn log_path(&self) -> &std::path::Path {
+        &self.log
+    }
+
+    /// The process id while the process has not been waited for.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Waits until `/readyz` answers 200. Panics when the process exits first or the
+    /// timeout passes, naming its log.
+    pub async fn wait_ready(&mut self, timeout: Duration) {
         let client = reqwest::Client::new();
         let deadline = Instant::now() + timeout;
         loop {
@@ -96,22 +141,52 @@ impl ServiceProcess {
             {
                 return;
             }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "{} exited ({status}) before it was ready; see {}",
+                    self.name,
+                    self.log.display()
+                );
+            }
             assert!(
                 Instant::now() < deadline,
-                "{} did not become ready within {timeout:?}",
-                self.name
+                "{} did not become ready within {timeout:?}; see {}",
+                self.name,
+                self.log.display()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
-    /// SIGTERM, then wait for the exit status.
-    pub async fn terminate(mut self) -> std::process::ExitStatus {
+    /// Sends `signal` (a name `kill` knows: TERM, KILL, STOP, …) without waiting.
+    pub fn signal(&self, signal: &str) {
         if let Some(pid) = self.child.id() {
             let _ = std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
+                .args([&format!("-{signal}"), &pid.to_string()])
                 .status();
         }
+    }
+
+    /// The exit status, once the process has ended; `None` if it still runs after `timeout`.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .ok()
+            .map(|status| status.expect("the child can be waited for"))
+    }
+
+    /// SIGKILL, then wait for the process to be gone.
+    pub async fn kill(mut self) -> std::process::ExitStatus {
+        self.child.kill().await.expect("the child can be killed");
+        self.child
+            .wait()
+            .await
+            .expect("the child can be waited for")
+    }
+
+    /// SIGTERM, then wait for the exit status.
+    pub async fn terminate(mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
         self.child
             .wait()
             .await

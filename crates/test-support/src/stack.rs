@@ -15,11 +15,37 @@ use crate::redis::TestRedis;
 const DEFAULT_CONFIG: &str = include_str!("../../../config/default.toml");
 const DEFAULT_NAMESRV: &str = "127.0.0.1:19876";
 
+/// Where the shared servers a [`TestStack`] takes its pieces from are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Servers {
+    /// `redis://host:port` (no database number needed).
+    pub redis_url: String,
+    /// `mysql://user:password@host:port`, no database.
+    pub mysql_url: String,
+    /// The RocketMQ name server, `host:port`.
+    pub namesrv: String,
+}
+
+impl Servers {
+    /// `SECKILL_TEST_REDIS_URL`, `SECKILL_TEST_MYSQL_URL`, `SECKILL_TEST_NAMESRV`, each
+    /// defaulting to the local stack's server.
+    pub fn from_env() -> Self {
+        Self {
+            redis_url: crate::redis::url_from_env(),
+            mysql_url: crate::mysql::server_url_from_env(),
+            namesrv: std::env::var("SECKILL_TEST_NAMESRV")
+                .unwrap_or_else(|_| DEFAULT_NAMESRV.to_owned()),
+        }
+    }
+}
+
 pub struct TestStack {
     pub db: TestDb,
     pub redis: TestRedis,
     /// Unique per test: the topic and both groups, so no test sees another's messages.
     pub suffix: String,
+    /// The name server the services are pointed at.
+    namesrv: String,
 }
 
 impl std::fmt::Debug for TestStack {
@@ -32,11 +58,23 @@ impl std::fmt::Debug for TestStack {
 
 impl TestStack {
     pub async fn new() -> Self {
+        Self::on(&Servers::from_env()).await
+    }
+
+    /// A stack on the given servers rather than those the environment names: for suites
+    /// that run servers of their own (the fault drills kill theirs).
+    pub async fn on(servers: &Servers) -> Self {
         Self {
-            db: TestDb::create().await,
-            redis: TestRedis::new(),
+            db: TestDb::create_on(&servers.mysql_url).await,
+            redis: TestRedis::on(&servers.redis_url),
             suffix: format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff),
+            namesrv: servers.namesrv.clone(),
         }
+    }
+
+    /// The name server this stack's topic lives on.
+    pub fn namesrv(&self) -> &str {
+        &self.namesrv
     }
 
     pub fn topic(&self) -> String {
@@ -46,8 +84,7 @@ impl TestStack {
     /// `SECKILL_*` variables that point a service at this stack, with every listener on
     /// port 0 (in-process services report the port they got) and quick test timings.
     pub fn env(&self) -> BTreeMap<String, String> {
-        let namesrv =
-            std::env::var("SECKILL_TEST_NAMESRV").unwrap_or_else(|_| DEFAULT_NAMESRV.to_owned());
+        let namesrv = self.namesrv.clone();
         let pairs = [
             ("SECKILL_MYSQL__URL", self.db.url().to_owned()),
             ("SECKILL_MYSQL__POOL_SIZE", "4".to_owned()),

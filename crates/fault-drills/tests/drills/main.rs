@@ -1,0 +1,10 @@
+//! The fault drills of the issue, one module per fault: the three services as processes on
+//! the drills' own stack, a crowd, the fault, a restart, and the audit of every promise once
+//! the system has settled. Drills run one at a time (see the crate docs: a machine-wide
+//! lock), whatever libtest's thread count.
+
+mod broker_crash;
+mod consumer_crash;
+mod graceful_stop;
+mod helpers;
+mod mysql_outage;
