@@ -19,8 +19,12 @@ pub struct OrderBacklog {
     /// Starting and stopping take it mutably; a question now and then (an operator's reload)
     /// does not need to run in parallel.
     admin: Mutex<DefaultMQAdminExt>,
+    topic: String,
     consumer_group: String,
 }
+
+/// The broker id of a master in a route.
+const MASTER_ID: u64 = 0;
 
 impl OrderBacklog {
     /// An admin client on `runtime`, under an admin group of its own.
@@ -35,29 +39,59 @@ impl OrderBacklog {
             .map_err(MqError::client("backlog probe start"))?;
         Ok(Self {
             admin: Mutex::new(admin),
+            topic: settings.topic.clone(),
             consumer_group: settings.consumer_group.clone(),
         })
     }
 
     /// Messages stored but not yet consumed by the order consumers, over the order topic
     /// and the group's retry topic (0 when every queue is consumed to its end).
+    ///
+    /// Each topic is named in the question, on every master broker of the order topic's
+    /// route: asked for "the group's topics", a broker lists only those the group has
+    /// committed an offset for, and a group that has committed nothing yet (consumers just
+    /// started, or none running) would look drained with its whole queue ahead of it. A
+    /// queue the group has never committed counts from its start.
     pub async fn pending(&self) -> Result<u64> {
-        let stats = self
-            .admin
-            .lock()
+        let admin = self.admin.lock().await;
+        let route = admin
+            .examine_topic_route_info(self.topic.as_str().into())
             .await
-            .examine_consume_stats(self.consumer_group.as_str().into(), None, None, None, None)
-            .await
-            .map_err(MqError::client("consume stats"))?;
-        Ok(stats
-            .get_offset_table()
-            .values()
-            .map(|queue| {
-                // A queue the group has never committed reports a negative offset.
-                let consumed = queue.get_consumer_offset().max(0);
-                u64::try_from(queue.get_broker_offset() - consumed).unwrap_or(0)
-            })
-            .sum())
+            .map_err(MqError::client("order topic route"))?
+            .ok_or_else(|| MqError::NoRoute(self.topic.clone()))?;
+        let retry_topic = format!("%RETRY%{}", self.consumer_group);
+        let mut pending = 0;
+        for broker in &route.broker_datas {
+            let Some(master) = broker.broker_addrs().get(&MASTER_ID) else {
+                continue;
+            };
+            for topic in [&self.topic, &retry_topic] {
+                let stats = admin
+                    .examine_consume_stats(
+                        self.consumer_group.as_str().into(),
+                        Some(topic.as_str().into()),
+                        None,
+                        Some(master.clone()),
+                        None,
+                    )
+                    .await;
+                let stats = match stats {
+                    Ok(stats) => stats,
+                    // No retry topic yet: nothing has ever been handed back.
+                    Err(_) if topic == &retry_topic => continue,
+                    Err(error) => return Err(MqError::client("consume stats")(error)),
+                };
+                pending += stats
+                    .get_offset_table()
+                    .values()
+                    .map(|queue| {
+                        let consumed = queue.get_consumer_offset().max(0);
+                        u64::try_from(queue.get_broker_offset() - consumed).unwrap_or(0)
+                    })
+                    .sum::<u64>();
+            }
+        }
+        Ok(pending)
     }
 
     /// Call before [`MqRuntime::shutdown`].

@@ -34,6 +34,10 @@ pub enum MqError {
     #[error("the message could not be built: {0}")]
     InvalidMessage(String),
 
+    /// The name server knows no broker for the topic.
+    #[error("the name server has no route for topic `{0}`")]
+    NoRoute(String),
+
     /// The topic was created but the name server did not show a route for it in time.
     #[error("topic `{topic}` was created but has no route on the name server after {waited_ms} ms")]
     TopicNotVisible { topic: String, waited_ms: u64 },

@@ -22,7 +22,7 @@ async fn wait_for_backlog(backlog: &OrderBacklog, what: &str, done: impl Fn(u64)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_backlog_counts_orders_sent_while_no_consumer_runs_until_one_consumes_them() {
+async fn the_backlog_counts_orders_no_consumer_has_written_yet() {
     let settings = settings("backlog");
     let runtime = MqRuntime::new("oq-backlog", 8).expect("runtime builds");
     ensure_topic(&runtime, &settings).await.expect("topic");
@@ -33,16 +33,26 @@ async fn the_backlog_counts_orders_sent_while_no_consumer_runs_until_one_consume
         .await
         .expect("probe starts");
 
-    // The group exists once a consumer has run; then it stops, and orders pile up.
+    // Before any consumer of the group has run (nor committed anything), its whole
+    // queue is ahead of it.
+    let early: Vec<_> = (0..2).map(|_| order()).collect();
+    for order in &early {
+        publisher.publish(order, None).await.expect("stored");
+    }
+    wait_for_backlog(&backlog, "before any consumer", |pending| pending == 2).await;
+
+    // A consumer writes them; then it stops, and orders pile up.
     let recorder = Arc::new(Recorder::default());
     let first = OrderSubscriber::start(&runtime, &settings, tuning(), recorder.clone())
         .await
         .expect("subscriber starts");
-    let warm_up = order();
-    publisher.publish(&warm_up, None).await.expect("stored");
-    recorder.wait_for(&warm_up.order_token, 1, "warm-up").await;
+    for order in &early {
+        recorder
+            .wait_for(&order.order_token, 1, "early order")
+            .await;
+    }
     first.shutdown().await;
-    wait_for_backlog(&backlog, "after the warm-up", |pending| pending == 0).await;
+    wait_for_backlog(&backlog, "after the first consumer", |pending| pending == 0).await;
 
     let queued: Vec<_> = (0..3).map(|_| order()).collect();
     for order in &queued {
