@@ -23,6 +23,11 @@ use tracing::Instrument;
 use crate::error::ApiError;
 use crate::sold_out::SoldOutFlags;
 
+/// How often, and how far apart, a purchase whose local transaction gave no answer asks
+/// Redis itself before answering: long enough to ride out a Redis restart or failover.
+const UNKNOWN_RETRIES: u32 = 5;
+const UNKNOWN_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
 pub struct PurchaseDesk {
     cache: StockCache,
     publisher: Arc<OrderPublisher>,
@@ -186,12 +191,14 @@ impl PurchaseDesk {
         };
         drop(send_span);
         match sent {
-            // Unknown: the half message is stored and the flow is there, so the broker's
-            // check-back will run confirm.lua and commit it.
-            Ok(TxDecision::Commit | TxDecision::Unknown) => {
+            Ok(TxDecision::Commit) => {
                 outcome("accepted");
                 Ok(())
             }
+            // The half message is stored, but the local transaction gave no answer (Redis
+            // did not answer, or the client's pool had no thread for it): ask again here
+            // before telling the buyer anything.
+            Ok(TxDecision::Unknown) => self.settle_unknown(&order.order_token).await,
             Ok(TxDecision::Rollback) => {
                 outcome("rolled_back");
                 Err(ApiError::Unavailable {
@@ -201,6 +208,41 @@ impl PurchaseDesk {
             }
             Err(send_error) => self.release_after_failed_send(&order, send_error).await,
         }
+    }
+
+    /// A 202 promises an order, so it is only given once confirm.lua has committed the
+    /// flow: then the broker's check-back commits the message too. Redis answering "no
+    /// flow" (released, or lost with the product) means the check-back will roll it back;
+    /// Redis not answering at all leaves the outcome to the check-back, and the buyer is
+    /// told to poll the order rather than promised one.
+    async fn settle_unknown(&self, token: &OrderToken) -> Result<(), ApiError> {
+        for attempt in 0..UNKNOWN_RETRIES {
+            if attempt > 0 {
+                tokio::time::sleep(UNKNOWN_RETRY_PAUSE).await;
+            }
+            let started = Instant::now();
+            let confirmed = self
+                .cache
+                .confirm(token)
+                .instrument(lua_span("confirm"))
+                .await;
+            lua_seconds("confirm", started);
+            match confirmed {
+                Ok(true) => {
+                    outcome("accepted");
+                    return Ok(());
+                }
+                Ok(false) | Err(stock_cache::CacheError::NotLoaded) => break,
+                Err(error) => {
+                    tracing::warn!(order = %short_token(token), attempt, error = ?error, "confirm.lua failed after an unanswered local transaction.");
+                }
+            }
+        }
+        outcome("unconfirmed");
+        Err(ApiError::Unavailable {
+            message: "the order could not be confirmed; its status tells whether it was placed",
+            cause: None,
+        })
     }
 
     async fn release_after_failed_send(
