@@ -5,6 +5,8 @@
 
 mod broker_crash;
 mod consumer_crash;
+mod gateway_crash;
 mod graceful_stop;
 mod helpers;
 mod mysql_outage;
+mod redis_loss;
