@@ -15,6 +15,8 @@ pub enum ApiError {
     BadRequest(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    #[error("the request's headers are larger than {0} bytes")]
+    HeadersTooLarge(usize),
     #[error("{0}")]
     Unauthenticated(&'static str),
     #[error("the purchase token is {0}")]
@@ -60,10 +62,11 @@ impl ApiError {
 
     /// One error of each kind. The OpenAPI document builds every error response from this
     /// list, so that each status names exactly the codes that map to it.
-    pub fn every_kind() -> [ApiError; 15] {
+    pub fn every_kind() -> [ApiError; 16] {
         let every = [
             Self::BadRequest(String::new()),
             Self::PayloadTooLarge(String::new()),
+            Self::HeadersTooLarge(0),
             Self::Unauthenticated(""),
             Self::InvalidToken(""),
             Self::SaleNotOpen,
@@ -88,6 +91,7 @@ impl ApiError {
             match error {
                 Self::BadRequest(_)
                 | Self::PayloadTooLarge(_)
+                | Self::HeadersTooLarge(_)
                 | Self::Unauthenticated(_)
                 | Self::InvalidToken(_)
                 | Self::SaleNotOpen
@@ -110,6 +114,7 @@ impl ApiError {
         match self {
             Self::BadRequest(_) => "BAD_REQUEST",
             Self::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
+            Self::HeadersTooLarge(_) => "HEADERS_TOO_LARGE",
             Self::Unauthenticated(_) => "UNAUTHENTICATED",
             Self::InvalidToken(_) => "INVALID_TOKEN",
             Self::SaleNotOpen => "SALE_NOT_OPEN",
@@ -132,6 +137,7 @@ impl ResponseError for ApiError {
         match self {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             Self::InvalidToken(_) | Self::SaleNotOpen => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,

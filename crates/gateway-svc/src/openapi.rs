@@ -50,6 +50,7 @@ pub const PATH: &str = "/api-docs/openapi.json";
         NotFound,
         Conflict,
         PayloadTooLarge,
+        HeadersTooLarge,
         MethodNotAllowed,
         RateLimited,
         Unavailable,
@@ -286,6 +287,8 @@ error_responses! {
     NotFound = NOT_FOUND, "No such product or order (or the order is another buyer's)";
     Conflict = CONFLICT, "The state of the sale refuses the request";
     PayloadTooLarge = PAYLOAD_TOO_LARGE, "The body is larger than gateway.max_body_bytes";
+    HeadersTooLarge = REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "The headers are larger than gateway.max_header_bytes (any operation)";
     MethodNotAllowed = METHOD_NOT_ALLOWED,
         "A known path asked with a method it does not have (no operation lists it: any \
          method not documented for a path gets this)";

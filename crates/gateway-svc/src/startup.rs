@@ -126,10 +126,14 @@ impl Application {
         let max_body = settings.gateway.max_body_bytes;
         let grace = Duration::from_secs(settings.gateway.shutdown_grace_secs);
         let app_state = state.clone();
+        let header_cap = routes::HeaderCap(settings.gateway.max_header_bytes);
         let server = HttpServer::new(move || {
             App::new()
-                // One span and the request series per request (the ops endpoints aside).
+                .wrap(middleware::from_fn(routes::cap_headers))
+                // One span and the request series per request (the ops endpoints aside);
+                // outermost, so that it sees the header cap's refusals too.
                 .wrap(middleware::from_fn(platform::http::observe))
+                .app_data(header_cap)
                 .app_data(app_state.clone())
                 .app_data(identity.clone())
                 .app_data(openapi.clone())

@@ -28,6 +28,8 @@ pub struct Settings {
 pub struct GatewaySettings {
     pub listen: String,
     pub max_body_bytes: usize,
+    /// Largest header block accepted (431 above it).
+    pub max_header_bytes: usize,
     pub shutdown_grace_secs: u64,
     /// How long an admin reload waits for the order consumers to empty their backlog.
     pub reload_drain_secs: u64,

@@ -8,7 +8,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::Method;
+use actix_web::middleware::Next;
 use actix_web::{
     HttpRequest, HttpResponse, ResponseError, Route, error::JsonPayloadError, error::PathError, web,
 };
@@ -185,6 +188,31 @@ fn json_error(error: JsonPayloadError, _: &HttpRequest) -> actix_web::Error {
         }
         other => ApiError::BadRequest(format!("malformed JSON body: {other}")).into(),
     }
+}
+
+/// The largest header block a request may carry (names, values and their separators).
+#[derive(Debug, Clone, Copy)]
+pub struct HeaderCap(pub usize);
+
+/// Refuses a request whose headers are larger than [`HeaderCap`] with 431, before any
+/// handler or extractor reads them. actix-web's own parser takes far larger blocks (a
+/// 64 KiB header passed it), and every byte of them would be kept for the request's life.
+pub async fn cap_headers(
+    request: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    if let Some(HeaderCap(cap)) = request.app_data::<HeaderCap>().copied() {
+        // As on the wire: "name: value\r\n".
+        let size: usize = request
+            .headers()
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 4)
+            .sum();
+        if size > cap {
+            return Err(ApiError::HeadersTooLarge(cap).into());
+        }
+    }
+    next.call(request).await
 }
 
 fn path_error(error: PathError, _: &HttpRequest) -> actix_web::Error {

@@ -183,3 +183,32 @@ async fn whole_numbers_written_with_a_fraction_part_are_accepted_others_are_not(
         .await;
     }
 }
+
+#[tokio::test]
+async fn oversized_or_too_many_headers_are_refused_and_change_nothing() {
+    let app = spawn_app().await;
+    app.open_sale(1, 5, 1).await;
+    let token = app.token(7, 1).await;
+    let purchase = || {
+        app.client
+            .post(format!("{}/api/v1/products/1/purchase", app.address))
+            .header("X-User-Id", "7")
+            .json(&json!({"token": token, "quantity": 1}))
+    };
+
+    let huge = purchase()
+        .header("X-Padding", "x".repeat(64 * 1024))
+        .send()
+        .await
+        .expect("an answer, not a dropped connection");
+    assert_eq!(huge.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+
+    let mut many = purchase();
+    for i in 0..200 {
+        many = many.header(format!("X-Extra-{i}"), "1");
+    }
+    let many = many.send().await.expect("an answer");
+    assert_eq!(many.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+
+    assert_eq!(app.admin_view(1).await["redis_stock"], 5);
+}
