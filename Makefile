@@ -47,7 +47,7 @@ stop-all: ## Stop the services, the stack and the fault drills' stack
 demo: stack build ## Run a simulated sale (5000 buyers, 500 units) and print the reconcile report
 	deploy/local/demo.sh
 
-bench: stack build ## Measure a sale through the services and a 1M-flow reconcile audit; writes BENCHMARKS.md
+bench: stack build ## Measure every stage against its ceiling (gateway, broker, consumer, reconcile, profiles); writes BENCHMARKS.md
 	deploy/bench/run.sh
 
 ##@ Checks

@@ -1,9 +1,29 @@
 #!/usr/bin/env bash
-# `make bench`: measures what the project can already measure and writes BENCHMARKS.md.
-#   1. a sale through the three release services, ROUNDS times (medians reported):
-#      sale-sim with BUYERS buyers on STOCK units;
-#   2. reconcile-svc --once over a consistent sale of FLOWS units (wall time, peak RSS).
-# Needs the local stack up and the release binaries built (the make target does both).
+# `make bench`: measures each stage of a purchase against its ceiling, in one run, and writes
+# BENCHMARKS.md (deploy/bench/report.py). Each pair is measured in alternating rounds
+# (ROUNDS, default 3) and reported as medians:
+#   1. a sale through the three release services (sale-sim, BUYERS buyers on STOCK units);
+#   2. pre_deduct.lua under redis-benchmark (EVALSHA, 50 clients, unpipelined) against the
+#      gateway's purchases/s before sell-out (sale-sim, tokens first, stock that never runs
+#      out), and the gateway's purchases that stop at pre_deduct (re-used tokens, wrk);
+#   3. the gateway's rejections after sell-out against a bare actix-web handler, both under
+#      wrk with the same script (deploy/bench/purchase.lua) and the same connections;
+#   4. p99 purchase latency, open loop at half the measured purchase rate;
+#   5. units/s of a 10,000-unit sale, first request to the last order in MySQL;
+#   6. the gateway's RSS with 1,000 keep-alive connections open (fresh, and after the load);
+#   7. transactional against plain sends of one OrderPublisher, at 8/32/64 in flight, and a
+#      pool of publishers;
+#   8. order-consumer-svc draining DRAIN_ORDERS queued orders into MySQL, against
+#      Db::write_orders in batches of consumer.batch_size from consumer.concurrency tasks,
+#      and against one transaction per order;
+#   9. reconcile-svc --once over a consistent sale of FLOWS units (deploy/bench/reconcile.sh);
+#  10. with PROFILE=1 (default) and a working perf: flame graphs of the gateway (purchases,
+#      rejections) and of the consumer (drain) into docs/bench/.
+# Needs the local stack up and the release binaries built (the make target does both). The
+# services are started here, with the per-buyer rate limit raised (wrk reuses 1,000 buyers
+# at tens of thousands of requests/s); the bench refuses to run while they are already up.
+# Everything it writes to the shared servers has a name of its own: databases
+# seckill_bench*, Redis prefixes bench-*, topics and groups seckill-bench-*.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -13,71 +33,389 @@ rounds="${ROUNDS:-3}"
 buyers="${BUYERS:-20000}"
 stock="${STOCK:-1000}"
 flows="${FLOWS:-1000000}"
+drain_orders="${DRAIN_ORDERS:-100000}"
+single_orders="${SINGLE_ORDERS:-5000}"
+# A second consumer configuration drained alongside the configured one: what larger
+# batches and one batch per queue would change.
+alt_batch="${ALT_BATCH:-256}"
+alt_concurrency="${ALT_CONCURRENCY:-8}"
+purchase_buyers="${PURCHASE_BUYERS:-8000}"
+lua_requests="${LUA_REQUESTS:-300000}"
+wrk_secs="${WRK_SECS:-10}"
+wrk_conns="${WRK_CONNS:-64}"
+profile="${PROFILE:-1}"
 out="${BENCH_OUT:-${repo}/BENCHMARKS.md}"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"; "${repo}/deploy/local/services.sh" stop >/dev/null 2>&1 || true' EXIT
+svg_dir="${BENCH_SVG_DIR:-${repo}/docs/bench}"
+cache="${SECKILL_CACHE:-${HOME}/.cache/seckill}"
+inferno="${cache}/tools/inferno/bin"
+run_dir="${SECKILL_RUN_DIR:-${repo}/.run}"
+services="${repo}/deploy/local/services.sh"
+gateway="http://127.0.0.1:8080"
+bare_listen="127.0.0.1:18090"
+redis_port="${SECKILL_STACK_REDIS_PORT:-16379}"
+mysql_base="mysql://seckill:seckill@127.0.0.1:${SECKILL_STACK_MYSQL_PORT:-13306}"
+stamp="$(date +%s)"
+# A product id of its own for every sale of every run: a put of an id that has orders is a
+# restock, not a fresh sale. Its argument (stage digit, round) names the sale within the run.
+product_of() { echo "$((stamp * 1000 + $1))"; }
+# BENCH_WORK keeps the raw outputs (wrk, redis-benchmark, JSON, folded stacks) there.
+work="${BENCH_WORK:-$(mktemp -d)}"
+mkdir -p "$work"
+bench="${bin_dir}/seckill-bench"
 
-"${repo}/deploy/local/services.sh" start
-for round in $(seq 1 "$rounds"); do
-  echo "bench: sale round ${round}/${rounds} (${buyers} buyers, ${stock} units)" >&2
-  "${bin_dir}/sale-sim" --buyers "$buyers" --stock "$stock" --product "$((800000000 + round))" \
-    --concurrency 200 --json --no-progress >"${work}/sale-${round}.json"
+log() { printf 'bench: %s\n' "$*" >&2; }
+die() {
+  printf 'bench: error: %s\n' "$*" >&2
+  exit 1
+}
+
+bare_pid=""
+cleanup() {
+  [[ -n $bare_pid ]] && kill "$bare_pid" 2>/dev/null
+  "$services" stop >/dev/null 2>&1 || true
+  [[ -n ${BENCH_WORK:-} ]] || rm -rf "$work"
+}
+trap cleanup EXIT
+cut -d' ' -f1-3 /proc/loadavg >"${work}/loadavg-start"
+# How idle the machine is just before the run (others' builds and tests make noise).
+python3 - >"${work}/idle-start" <<'PY'
+import time
+def ticks():
+    v = [int(x) for x in open("/proc/stat").readline().split()[1:9]]
+    return v[3] + v[4], sum(v)
+(i0, t0), _ = ticks(), time.sleep(2)
+i1, t1 = ticks()
+print(f"{100 * (i1 - i0) / max(t1 - t0, 1):.0f}")
+PY
+
+"${repo}/deploy/local/ensure-tools.sh" wrk redis-benchmark:redis-tools redis-cli:redis-tools \
+  curl python3 perf:linux-perf /usr/bin/time:time
+for b in seckill-bench sale-sim gateway-svc order-consumer-svc reconcile-svc seckill-migrate; do
+  [[ -x ${bin_dir}/${b} ]] || die "${bin_dir}/${b} is missing: build first (make build)"
 done
-"${repo}/deploy/local/services.sh" stop
+if "$services" status 2>/dev/null | grep -q ' running '; then
+  die "services from ${run_dir} are running: the bench starts them with its own settings (make stop first)"
+fi
+# 1,000 connections held open, plus the load tools' own.
+ulimit -n "$(ulimit -Hn)"
 
-echo "bench: reconcile audit of ${flows} flows" >&2
+# The consumer's batch size and concurrency, as the services read them.
+read -r batch_size consumer_concurrency < <(python3 - "${repo}/config/default.toml" <<'PY'
+import os, sys, tomllib
+consumer = tomllib.load(open(sys.argv[1], "rb"))["consumer"]
+print(os.environ.get("SECKILL_CONSUMER__BATCH_SIZE", consumer["batch_size"]),
+      os.environ.get("SECKILL_CONSUMER__CONCURRENCY", consumer["concurrency"]))
+PY
+)
+
+perf_ok=0
+if [[ $profile == 1 ]]; then
+  if perf record -e cpu-clock -o "${work}/probe.data" -- true >/dev/null 2>&1; then
+    perf_ok=1
+    if [[ ! -x ${inferno}/inferno-flamegraph ]]; then
+      log "installing inferno (flame graphs) into ${inferno%/bin}"
+      cargo install inferno --locked --root "${inferno%/bin}" >&2
+    fi
+    mkdir -p "$svg_dir"
+  else
+    log "perf cannot record here: no profiles (see BENCHMARKS.md)"
+  fi
+fi
+echo "$perf_ok" >"${work}/perf_ok"
+
+# profile NAME PID SECONDS TITLE: samples PID's stacks for SECONDS (0: until it exits; DWARF
+# unwinding, as the release build keeps line tables but no frame pointers) and writes
+# docs/bench/NAME.svg and the folded stacks report.py summarises.
+profile() {
+  local name="$1" pid="$2" secs="$3" title="$4" data="${work}/$1.perf" until=()
+  ((secs > 0)) && until=(-- sleep "$secs")
+  timeout -s INT 600 perf record -F 499 --call-graph dwarf,16384 -p "$pid" -o "$data" \
+    "${until[@]}" >/dev/null 2>"${work}/$1.perf.log" || {
+    log "perf record of ${name} failed: $(tail -n 2 "${work}/$1.perf.log")"
+    return 0
+  }
+  perf script -i "$data" 2>/dev/null | "${inferno}/inferno-collapse-perf" >"${work}/${name}.folded"
+  rm -f "$data"
+  if [[ ! -s ${work}/${name}.folded ]]; then
+    log "perf recorded no stacks of ${name}"
+    rm -f "${work}/${name}.folded"
+    return 0
+  fi
+  # Frames narrower than a pixel are left out: the SVG stays a few hundred KiB.
+  "${inferno}/inferno-flamegraph" --title "$title" --width 1600 --minwidth 1 \
+    <"${work}/${name}.folded" >"${svg_dir}/${name}.svg" || log "no flame graph of ${name}"
+}
+
+gateway_pid() { cat "${run_dir}/gateway-svc.pid"; }
+
+# watch_args NAME...: `--watch NAME=PID` for each named service or stack component that runs,
+# for `seckill-bench cpu|sends|drain|write-orders` to report how busy it was.
+watch_args() {
+  local name f
+  for name in "$@"; do
+    case "$name" in
+      gateway | consumer) f="${run_dir}/${name/consumer/order-consumer}-svc.pid" ;;
+      *) f="${run_dir}/stack/${name}/${name}.pid" ;;
+    esac
+    [[ -s $f ]] && printf -- '--watch\n%s=%s\n' "$name" "$(<"$f")"
+  done
+  return 0
+}
+
+metric() { # metric NAME_WITH_LABELS: the gateway's current value (0 when absent)
+  curl -fsS "${gateway}/metrics" | awk -v m="$1" '$1 == m { v = $2 } END { print v + 0 }'
+}
+
+rate_limited() {
+  echo "$(($(metric 'seckill_rate_limited_total{scope="user"}') + $(metric 'seckill_rate_limited_total{scope="global"}')))"
+}
+
+# wrk_run OUT URL TOKENS PRODUCT [WATCH...]: one wrk pass with the purchase script; with
+# WATCH arguments, how busy they and the machine were goes to OUT.cpu.json.
+wrk_run() {
+  local out="$1" url="$2" tokens="$3" product="$4"
+  shift 4
+  BENCH_TOKENS="$tokens" BENCH_PRODUCT="$product" "$bench" cpu --out "${out}.cpu.json" "$@" -- \
+    wrk -t2 -c"$wrk_conns" -d"${wrk_secs}s" --latency -s "${here}/purchase.lua" "$url" >"$out"
+}
+
+probe() { # probe OUT TOKENS PRODUCT: the answer to the first buyer's purchase, for the report
+  local user token
+  read -r user token <"$2"
+  curl -sS -X POST "${gateway}/api/v1/products/$3/purchase" -H 'Content-Type: application/json' \
+    -H "X-User-Id: ${user}" -d "{\"token\":\"${token}\",\"quantity\":1}" >"$1"
+}
+
+sale() { # sale OUT ARGS...: sale-sim against the gateway, JSON report into OUT, and how
+  # busy the services, the stack and the machine were into OUT.cpu.json
+  local report="$1" watched
+  shift
+  mapfile -t watched < <(watch_args gateway consumer redis mariadb broker)
+  "$bench" cpu --out "${report%.json}.cpu.json" "${watched[@]}" -- \
+    "${bin_dir}/sale-sim" --gateway "$gateway" --json --no-progress "$@" >"$report" || {
+    local status=$?
+    ((status == 1)) || die "sale-sim could not run ($*)"
+    log "sale-sim reported violations ($*): see BENCHMARKS.md"
+  }
+}
+
+# ---------------------------------------------------------------- the gateway's stages
+export SECKILL_RATE_LIMIT__USER_PER_SEC=1000000 SECKILL_RATE_LIMIT__USER_BURST=1000000
+"$services" start >&2
+unset SECKILL_RATE_LIMIT__USER_PER_SEC SECKILL_RATE_LIMIT__USER_BURST
+
+log "gateway RSS with 1000 connections (fresh)"
+"$bench" conns --addr 127.0.0.1:8080 --count 1000 --pid "$(gateway_pid)" >"${work}/conns-fresh.json"
+
+for round in $(seq 1 "$rounds"); do
+  log "sale round ${round}/${rounds} (${buyers} buyers, ${stock} units)"
+  sale "${work}/sale-${round}.json" --buyers "$buyers" --stock "$stock" \
+    --product "$(product_of "1${round}")" --concurrency 200
+done
+
+curl -fsS "${gateway}/metrics" >"${work}/purchase-metrics-before.txt"
+lua_sha="$(redis-cli -p "$redis_port" SCRIPT LOAD "$(<"${repo}/lua/pre_deduct.lua")")"
+for round in $(seq 1 "$rounds"); do
+  log "pre-deduct round ${round}/${rounds}: redis-benchmark EVALSHA pre_deduct.lua"
+  product="$(product_of "6${round}")"
+  read -r -a keys < <(SECKILL_CONFIG_DIR="${repo}/config" "$bench" load-product \
+    --prefix bench-lua --product "$product" --stock 1000000000 --per-user-limit 1000000)
+  redis-benchmark -p "$redis_port" -c 50 -n "$lua_requests" -r 1000000000 --csv \
+    EVALSHA "$lua_sha" 5 "${keys[@]}" "bench-__rand_int__" "__rand_int__" 1 \
+    >"${work}/lua-${round}.csv"
+  left="$(redis-cli -p "$redis_port" GET "${keys[1]}")"
+  echo "$((1000000000 - left))" >"${work}/lua-${round}.reserved"
+  redis-cli -p "$redis_port" UNLINK "${keys[@]}" >/dev/null
+
+  log "pre-deduct round ${round}/${rounds}: gateway purchases before sell-out"
+  sale "${work}/purchase-${round}.json" --buyers "$purchase_buyers" --stock 10000000 \
+    --product "$(product_of "2${round}")" --concurrency 64 --tokens-first
+done
+
+curl -fsS "${gateway}/metrics" >"${work}/purchase-metrics-after.txt"
+
+log "purchases that stop at pre_deduct: re-used tokens (DUPLICATE), wrk"
+dup_product="$(product_of 50)"
+sale "${work}/dup-setup.json" --buyers 1 --stock 100000000 --product "$dup_product"
+SECKILL_CONFIG_DIR="${repo}/config" "$bench" sign-tokens --product "$dup_product" \
+  --users 1000 --first-user 1001 --out "${work}/dup-tokens.txt"
+for pass in 1 2 3; do # first use of each token: 1,000 winners, each sent to the broker
+  wrk_run "${work}/dup-warm-${pass}.txt" "$gateway" "${work}/dup-tokens.txt" "$dup_product"
+  flows_now="$(curl -fsS -H 'Authorization: Bearer dev-admin-token' \
+    "${gateway}/admin/v1/products/${dup_product}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["flows"])')"
+  ((flows_now >= 1001)) && break
+done
+echo "$flows_now" >"${work}/dup-flows"
+probe "${work}/dup-probe.json" "${work}/dup-tokens.txt" "$dup_product"
+
+log "rejections after sell-out: the gateway against a bare actix-web handler (wrk)"
+so_product="$(product_of 51)"
+sale "${work}/soldout-setup.json" --buyers 2 --stock 1 --product "$so_product"
+SECKILL_CONFIG_DIR="${repo}/config" "$bench" sign-tokens --product "$so_product" \
+  --users 1000 --first-user 1 --out "${work}/so-tokens.txt"
+probe "${work}/so-probe.json" "${work}/so-tokens.txt" "$so_product"
+"$bench" bare-http --listen "$bare_listen" 2>"${work}/bare-http.log" &
+bare_pid=$!
+for _ in $(seq 1 50); do
+  curl -s -o /dev/null -X POST "http://${bare_listen}/api/v1/products/1/purchase" && break
+  sleep 0.1
+done
+sold_out_before="$(metric 'seckill_purchases_total{outcome="sold_out"}')"
+limited_before="$(rate_limited)"
+mapfile -t gateway_watch < <(watch_args gateway redis)
+for round in $(seq 1 "$rounds"); do
+  log "rejection round ${round}/${rounds}"
+  wrk_run "${work}/reject-gateway-${round}.txt" "$gateway" "${work}/so-tokens.txt" "$so_product" \
+    "${gateway_watch[@]}"
+  wrk_run "${work}/reject-bare-${round}.txt" "http://${bare_listen}" "${work}/so-tokens.txt" \
+    "$so_product" --watch "bare-http=${bare_pid}"
+  wrk_run "${work}/dup-${round}.txt" "$gateway" "${work}/dup-tokens.txt" "$dup_product" \
+    "${gateway_watch[@]}"
+done
+echo "$(($(metric 'seckill_purchases_total{outcome="sold_out"}') - sold_out_before))" \
+  >"${work}/reject-sold-out-count"
+echo "$(($(rate_limited) - limited_before))" \
+  >"${work}/reject-rate-limited-count"
+
+half_rate="$(python3 - "$work" "$rounds" <<'PY'
+import json, statistics, sys
+work, rounds = sys.argv[1], int(sys.argv[2])
+rates = [json.load(open(f"{work}/purchase-{r}.json"))["purchases_per_sec"] for r in range(1, rounds + 1)]
+print(round(statistics.median(rates) / 2))
+PY
+)"
+curl -fsS "${gateway}/metrics" >"${work}/latency-metrics-before.txt"
+for round in $(seq 1 "$rounds"); do
+  log "latency round ${round}/${rounds}: open loop at ${half_rate} purchases/s"
+  sale "${work}/latency-${round}.json" --buyers "$((half_rate * 10))" --stock 10000000 \
+    --product "$(product_of "3${round}")" --concurrency 64 --rate "$half_rate"
+done
+
+curl -fsS "${gateway}/metrics" >"${work}/latency-metrics-after.txt"
+
+for round in $(seq 1 "$rounds"); do
+  log "10,000-unit sale round ${round}/${rounds}"
+  sale "${work}/sale10k-${round}.json" --buyers 20000 --stock 10000 \
+    --product "$(product_of "4${round}")" --concurrency 200
+done
+
+if ((perf_ok)); then
+  log "profile: the gateway selling (purchases before sell-out)"
+  # Once the tokens are issued and the purchases have begun; some 14 s of them at the rate
+  # measured above, so that the 8 s of sampling fall inside.
+  accepted_before="$(metric 'seckill_purchases_total{outcome="accepted"}')"
+  {
+    for _ in $(seq 1 600); do
+      (($(metric 'seckill_purchases_total{outcome="accepted"}') > accepted_before)) && break
+      sleep 0.1
+    done
+    profile gateway-purchase "$(gateway_pid)" 8 "gateway-svc: purchases before sell-out (sale-sim --tokens-first, 64 in flight)"
+  } &
+  perf_job=$!
+  sale "${work}/profile-purchase.json" --buyers "$((half_rate * 2 * 14))" --stock 10000000 \
+    --product "$(product_of 52)" --concurrency 64 --tokens-first
+  wait "$perf_job" || true
+  log "profile: the gateway rejecting (sold out)"
+  profile gateway-reject "$(gateway_pid)" 8 "gateway-svc: rejections after sell-out (wrk, ${wrk_conns} connections)" &
+  perf_job=$!
+  wrk_run "${work}/profile-reject.txt" "$gateway" "${work}/so-tokens.txt" "$so_product"
+  wait "$perf_job" || true
+fi
+
+log "gateway RSS with 1000 connections (after the load)"
+"$bench" conns --addr 127.0.0.1:8080 --count 1000 --pid "$(gateway_pid)" >"${work}/conns-loaded.json"
+
+kill "$bare_pid" 2>/dev/null || true
+wait "$bare_pid" 2>/dev/null || true
+bare_pid=""
+"$services" stop >&2
+
+# ---------------------------------------------------------------- the broker: sends
+mapfile -t broker_watch < <(watch_args broker)
+log "transactional against plain sends (8/32/64 in flight, one publisher)"
+SECKILL_CONFIG_DIR="${repo}/config" RUST_LOG=warn "$bench" sends "${broker_watch[@]}" --rounds "$rounds" \
+  --concurrency 8,32,64 --modes tx,plain --group "seckill-bench-sender-${stamp}" \
+  >"${work}/sends.jsonl"
+for producers in 2 4; do
+  log "transactional sends through a pool of ${producers} publishers (64 in flight)"
+  SECKILL_CONFIG_DIR="${repo}/config" RUST_LOG=warn "$bench" sends "${broker_watch[@]}" \
+    --rounds "$rounds" --concurrency 64 --modes tx --producers "$producers" \
+    --group "seckill-bench-pool-${producers}-${stamp}" >"${work}/sends-pool-${producers}.jsonl"
+done
+
+# ---------------------------------------------------------------- the consumer: drain
+drain_env() { # drain_env ROUND: the consumer's and the tools' settings for one drain
+  export SECKILL_CONFIG_DIR="${repo}/config"
+  export SECKILL_MYSQL__URL="${mysql_base}/seckill_bench_drain"
+  export SECKILL_REDIS__KEY_PREFIX="bench-drain"
+  export SECKILL_ROCKETMQ__TOPIC="seckill-bench-drain-${stamp}-$1"
+  export SECKILL_ROCKETMQ__CONSUMER_GROUP="seckill-bench-drain-${stamp}-$1"
+  export SECKILL_ROCKETMQ__PRODUCER_GROUP="seckill-bench-drain-pub-${stamp}-$1"
+  export SECKILL_CONSUMER__LISTEN="127.0.0.1:18481"
+  export RUST_LOG=warn
+}
+
+mapfile -t db_watch < <(watch_args mariadb broker redis)
+
+# drain_round NAME ROUND [PROFILE]: queue drain_orders messages, then time the consumer.
+drain_round() {
+  local name="$1" product pid_file="${work}/$1.pid"
+  product="$(product_of "7$2")"
+  (
+    drain_env "$name"
+    "$bench" prepare-product --product "$product" --stock 100000000 --fresh
+    "$bench" publish-orders --product "$product" --orders "$drain_orders" \
+      >"${work}/${name}-publish.json"
+    "$bench" drain "${db_watch[@]}" --consumer "${bin_dir}/order-consumer-svc" --product "$product" \
+      --orders "$drain_orders" --pid-file "$pid_file" --log "${work}/${name}.log" \
+      >"${work}/${name}.json" &
+    drain_job=$!
+    if [[ ${3:-} == profile ]]; then
+      for _ in $(seq 1 100); do [[ -s $pid_file ]] && break; sleep 0.05; done
+      # From its start to its exit, once the drain is done: start-up is mostly waiting.
+      profile consumer-drain "$(<"$pid_file")" 0 "order-consumer-svc: draining ${drain_orders} queued orders (batch ${batch_size}, ${consumer_concurrency} at once)"
+    fi
+    wait "$drain_job" || die "the drain ${name} failed (log: $(tail -n 5 "${work}/${name}.log"))"
+  )
+}
+
+for round in $(seq 1 "$rounds"); do
+  log "drain round ${round}/${rounds}: order-consumer-svc, ${drain_orders} queued orders"
+  drain_round "drain-${round}" "$round"
+  log "drain round ${round}/${rounds}: order-consumer-svc with batch ${alt_batch}, ${alt_concurrency} at once"
+  SECKILL_CONSUMER__BATCH_SIZE="$alt_batch" SECKILL_CONSUMER__CONCURRENCY="$alt_concurrency" \
+    drain_round "drain-alt-${round}" "$((round + 3))"
+  log "drain round ${round}/${rounds}: Db::write_orders, batches of ${batch_size}, ${consumer_concurrency} tasks"
+  (
+    drain_env "batched-${round}"
+    "$bench" prepare-product --product "$(product_of "8${round}")" --stock 100000000 --fresh
+    "$bench" write-orders "${db_watch[@]}" --product "$(product_of "8${round}")" --orders "$drain_orders" --batch "$batch_size" \
+      --tasks "$consumer_concurrency" >"${work}/batched-${round}.json"
+  )
+  log "drain round ${round}/${rounds}: one transaction per order (${single_orders} orders)"
+  (
+    drain_env "single-${round}"
+    "$bench" prepare-product --product "$(product_of "9${round}")" --stock 100000000 --fresh
+    "$bench" write-orders "${db_watch[@]}" --product "$(product_of "9${round}")" --orders "$single_orders" --batch 1 \
+      --tasks "$consumer_concurrency" >"${work}/single-${round}.json"
+  )
+done
+if ((perf_ok)); then
+  log "profile: the consumer draining"
+  drain_round drain-profile 9 profile
+fi
+
+# ---------------------------------------------------------------- reconcile
+log "reconcile audit of ${flows} flows"
 BIN_DIR="$bin_dir" FLOWS="$flows" "${here}/reconcile.sh" >"${work}/reconcile.txt"
 
-python3 - "$work" "$out" "$rounds" "$buyers" "$stock" "$flows" <<'PY'
-import json, os, platform, statistics, subprocess, sys
-work, out, rounds, buyers, stock, flows = sys.argv[1:]
-sales = [json.load(open(f"{work}/sale-{r}.json")) for r in range(1, int(rounds) + 1)]
-def med(key, sub=None):
-    values = [s[key][sub] if sub else s[key] for s in sales if s.get(key) is not None]
-    return statistics.median(values) if values else float("nan")
-def series(key, fmt):
-    return ", ".join(format(s[key], fmt) if s.get(key) is not None else "-" for s in sales)
-cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-load = open("/proc/loadavg").read().split()[:3]
-reconcile = open(f"{work}/reconcile.txt").read().strip()
-violations = sum(len(s["violations"]) for s in sales)
-lines = [
-    "# Benchmarks",
-    "",
-    "Produced by `make bench` (`deploy/bench/run.sh`): the local stack, the release binaries,",
-    "loopback only. Machines here are shared and noisy: figures are medians of the rounds",
-    "of one run, and the load average at the end is given so a reader can judge the noise.",
-    "",
-    f"- machine: {os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}",
-    f"- load average at the end of the run: {' '.join(load)}",
-    "",
-    f"## Sale through the three services ({rounds} rounds, medians)",
-    "",
-    f"`sale-sim --buyers {buyers} --stock {stock} --concurrency 200` against gateway-svc,",
-    "order-consumer-svc and reconcile-svc started by `deploy/local/services.sh`.",
-    "",
-    "| figure | median | rounds |",
-    "|---|---|---|",
-    f"| requests/s over the crowd (tokens + purchases) | {med('requests_per_sec'):.0f} | {series('requests_per_sec', '.0f')} |",
-    f"| crowd duration (s) | {med('sale_seconds'):.2f} | {series('sale_seconds', '.2f')} |",
-    f"| purchase latency p50 (ms) | {med('purchase_latency_ms', 'p50'):.1f} | |",
-    f"| purchase latency p99 (ms) | {med('purchase_latency_ms', 'p99'):.1f} | |",
-    f"| accepted purchase latency p99 (ms) | {med('accepted_latency_ms', 'p99'):.1f} | |",
-    f"| time to drain: first purchase → last order in MySQL (s) | {med('drain_seconds'):.2f} | {series('drain_seconds', '.2f')} |",
-    f"| accepted / stock | {med('accepted'):.0f} / {stock} | |",
-    f"| invariant violations (all rounds) | {violations} | |",
-    "",
-    "## Reconcile audit",
-    "",
-    f"`deploy/bench/reconcile.sh`: `seckill-bench seed-reconcile --flows {flows}` writes a",
-    "consistent, sold-out sale (flows in Redis, orders and stock_flow in MySQL), then",
-    "`reconcile-svc --once --product …` runs under `/usr/bin/time`.",
-    "",
-    "```",
-    reconcile,
-    "```",
-    "",
-]
-open(out, "w").write("\n".join(lines))
-print(f"bench: wrote {out}", file=sys.stderr)
-PY
+cat >"${work}/params.json" <<JSON
+{"rounds": ${rounds}, "buyers": ${buyers}, "stock": ${stock}, "flows": ${flows},
+ "drain_orders": ${drain_orders}, "single_orders": ${single_orders},
+ "purchase_buyers": ${purchase_buyers}, "lua_requests": ${lua_requests},
+ "wrk_secs": ${wrk_secs}, "wrk_conns": ${wrk_conns}, "half_rate": ${half_rate},
+ "batch_size": ${batch_size}, "consumer_concurrency": ${consumer_concurrency},
+ "alt_batch": ${alt_batch}, "alt_concurrency": ${alt_concurrency},
+ "svg_dir": "$(realpath --relative-to="$(dirname "$out")" "$svg_dir")"}
+JSON
+python3 "${here}/report.py" "$work" "$out"

@@ -1,21 +1,34 @@
-//! seckill-bench: prepares the data sets `make bench` measures against.
+//! seckill-bench: the measuring tools of `make bench` (deploy/bench/run.sh), one subcommand
+//! each. Every subcommand that measures prints one JSON object per measurement on stdout,
+//! which run.sh collects; progress and notes go to stderr.
 //!
-//! `seed-reconcile` writes a finished sale of N units for one product — N committed flows
-//! in Redis, N orders and N stock_flow rows in MySQL, both stocks at 0 — as fast as the
-//! servers take it (pipelined HSETs, multi-row INSERTs), so that the audit of a large,
-//! consistent sale can be timed on its own.
+//! - [`seed`]: `seed-reconcile`, a large consistent sale for the reconcile audit.
+//! - [`bare_http`]: `bare-http`, a trivial actix-web handler: the ceiling the gateway's
+//!   sold-out rejections are compared with, under the same load tool.
+//! - [`tokens`]: `sign-tokens` (purchase tokens for wrk, signed with the configured key) and
+//!   `load-product` (a product straight into Redis, for redis-benchmark).
+//! - [`sends`]: `sends`, transactional against plain sends of one `OrderPublisher`.
+//! - [`orders`]: `prepare-product`, `publish-orders`, `write-orders` (raw batched SQL and one
+//!   transaction per order) and `drain` (order-consumer-svc draining a queued backlog).
+//! - [`conns`]: `conns`, a process's RSS with N keep-alive connections open to it.
+//! - [`cpu`]: CPU time of processes and of the machine over a measured window.
 
-use std::time::{Duration, Instant};
+mod bare_http;
+mod conns;
+mod cpu;
+mod orders;
+mod seed;
+mod sends;
+mod tokens;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use deadpool_redis::redis;
-use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
-use domain::{OrderToken, ProductId};
-use order_store::{Db, NewProduct};
+use domain::ProductId;
 use platform::Settings;
-use secrecy::ExposeSecret;
-use stock_cache::{LoadMode, LoadSpec, StockCache};
 
 #[derive(Parser)]
 struct Cli {
@@ -32,110 +45,215 @@ enum Command {
         #[arg(long, default_value_t = 900_000_001)]
         product: u64,
     },
+    /// Serves a trivial handler on POST /api/v1/products/{id}/purchase (409 SOLD_OUT, the
+    /// gateway's body) until SIGTERM / Ctrl-C.
+    BareHttp {
+        #[arg(long, default_value = "127.0.0.1:18090")]
+        listen: String,
+        /// actix-web workers; default: actix's own (one per core), as the gateway.
+        #[arg(long)]
+        workers: Option<usize>,
+    },
+    /// Writes `--users` lines `<user id> <purchase token>` for `--product`, signed with the
+    /// configured current key (what POST …/tokens would have issued).
+    SignTokens {
+        #[arg(long)]
+        product: u64,
+        #[arg(long, default_value_t = 1000)]
+        users: u64,
+        #[arg(long, default_value_t = 1)]
+        first_user: u64,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Loads a product straight into Redis (load_product.lua, fresh) under `--prefix` and
+    /// prints the five KEYS of pre_deduct.lua on one line.
+    LoadProduct {
+        #[arg(long)]
+        prefix: String,
+        #[arg(long)]
+        product: u64,
+        #[arg(long)]
+        stock: i64,
+        #[arg(long, default_value_t = 1)]
+        per_user_limit: u32,
+    },
+    /// Transactional against plain sends of one OrderPublisher (a LocalTransaction that
+    /// commits at once): `--rounds` rounds, each concurrency in turn, tx then plain.
+    Sends(sends::SendsArgs),
+    /// A fresh product with `--stock` units in MySQL (and, with `--fresh`, the database
+    /// dropped and migrated anew first).
+    PrepareProduct {
+        #[arg(long)]
+        product: u64,
+        #[arg(long, default_value_t = 10_000_000)]
+        stock: i64,
+        #[arg(long)]
+        fresh: bool,
+    },
+    /// Publishes `--orders` plain order messages for `--product` (the configured topic).
+    PublishOrders {
+        #[arg(long)]
+        product: u64,
+        #[arg(long, default_value_t = 100_000)]
+        orders: u64,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+    },
+    /// Writes `--orders` orders with Db::write_orders from `--tasks` tasks: batches of
+    /// `--batch` (the consumer's batch size), or one transaction per order (`--batch 1`).
+    WriteOrders {
+        #[arg(long)]
+        product: u64,
+        #[arg(long, default_value_t = 100_000)]
+        orders: u64,
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+        #[arg(long, default_value_t = 4)]
+        tasks: usize,
+        /// Processes whose CPU use over the writes is reported (`mariadb=<pid>`).
+        #[arg(long, value_parser = cpu::parse_watch)]
+        watch: Vec<(String, u32)>,
+    },
+    /// Starts `--consumer` (order-consumer-svc, configured by the environment) and times it
+    /// until MySQL holds `--orders` orders of `--product`; then stops it.
+    Drain {
+        #[arg(long)]
+        consumer: PathBuf,
+        #[arg(long)]
+        product: u64,
+        #[arg(long, default_value_t = 100_000)]
+        orders: i64,
+        /// Where the consumer's pid is written, for a profiler to attach.
+        #[arg(long)]
+        pid_file: Option<PathBuf>,
+        #[arg(long)]
+        log: PathBuf,
+        #[arg(long, default_value_t = 600)]
+        timeout_secs: u64,
+        /// Processes whose CPU use over the drain is reported (`mariadb=<pid>`), beside the
+        /// consumer's and the machine's.
+        #[arg(long, value_parser = cpu::parse_watch)]
+        watch: Vec<(String, u32)>,
+    },
+    /// Runs a command (after `--`) and writes to `--out` how many cores the machine and the
+    /// `--watch`ed processes kept busy meanwhile (the command's own under `self`).
+    Cpu {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, value_parser = cpu::parse_watch)]
+        watch: Vec<(String, u32)>,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Opens `--count` keep-alive connections to `--addr` (one GET /healthz on each) and
+    /// reports the RSS of `--pid` before and while they are open.
+    Conns {
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        addr: String,
+        #[arg(long, default_value_t = 1000)]
+        count: usize,
+        #[arg(long)]
+        pid: u32,
+    },
 }
-
-/// Rows per INSERT / HSETs per pipeline: large enough to amortise round trips, small
-/// enough to stay under max_allowed_packet.
-const CHUNK: u64 = 5_000;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let Command::SeedReconcile { flows, product } = Cli::parse().command;
-    let settings = Settings::load().context("settings")?;
-    let started = Instant::now();
-    seed_reconcile(&settings, ProductId(product), flows).await?;
-    println!(
-        "seeded product {product}: {flows} flows, orders and stock flows in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
-}
-
-async fn seed_reconcile(settings: &Settings, product: ProductId, units: u64) -> anyhow::Result<()> {
-    let url = settings.mysql.url.expose_secret();
-    order_store::create_database(url).await?;
-    order_store::migrate(url).await?;
-    let db = Db::connect(url, 2)?;
-    let initial = i64::try_from(units)?;
-    let mut conn = AsyncMysqlConnection::establish(url).await?;
-    for table in ["stock_flow", "orders"] {
-        diesel::sql_query(format!("DELETE FROM {table} WHERE product_id = {product}"))
-            .execute(&mut conn)
-            .await?;
-    }
-    db.put_product(
-        &NewProduct {
-            id: product,
-            name: "bench".into(),
-            initial_stock: initial,
-            per_user_limit: 1,
-            starts_at: None,
-            ends_at: None,
-        },
-        true,
-    )
-    .await?;
-    diesel::sql_query(format!(
-        "UPDATE product_stock SET stock = 0 WHERE product_id = {product}"
-    ))
-    .execute(&mut conn)
-    .await?;
-
-    let redis = &settings.redis;
-    let cache = StockCache::new(&redis.url, 2, &redis.key_prefix, Duration::from_secs(30))?;
-    let spec = LoadSpec {
-        initial_stock: initial,
-        per_user_limit: 1,
-        starts_at_ms: 0,
-        ends_at_ms: 0,
-        sellable_stock: 0,
-        mode: LoadMode::Fresh,
-    };
-    cache.load_product(product, &spec).await?;
-    let flow_key = cache.keys(product).flow;
-    let client = redis::Client::open(redis.url.as_str())?;
-    let mut redis_conn = client.get_multiplexed_async_connection().await?;
-
-    let reserved_at_ms = 1_700_000_000_000_i64;
-    let mut start = 0;
-    while start < units {
-        let end = (start + CHUNK).min(units);
-        let mut pipe = redis::pipe();
-        let mut orders = Vec::with_capacity(CHUNK as usize);
-        let mut stock_flows = Vec::with_capacity(CHUNK as usize);
-        for i in start..end {
-            let token = OrderToken::new(product, u128::from(i));
-            let user = i + 1;
-            let before = initial - i64::try_from(i)?;
-            pipe.hset(
-                &flow_key,
-                token.to_string(),
-                format!(
-                    r#"{{"user_id":{user},"quantity":1,"stock_before":{before},"stock_after":{},"reserved_at_ms":{reserved_at_ms},"state":"committed"}}"#,
-                    before - 1
-                ),
-            )
-            .ignore();
-            orders.push(format!(
-                "('{token}',{user},{product},1,'confirmed',FROM_UNIXTIME({}))",
-                reserved_at_ms / 1000
-            ));
-            stock_flows.push(format!("('{token}',{product},1,'SECKILL')"));
+async fn main() -> anyhow::Result<ExitCode> {
+    match Cli::parse().command {
+        Command::Cpu {
+            out,
+            watch,
+            command,
+        } => return cpu::wrap(&out, &watch, &command).await,
+        Command::SeedReconcile { flows, product } => {
+            let settings = Settings::load().context("settings")?;
+            let started = Instant::now();
+            seed::seed_reconcile(&settings, ProductId(product), flows).await?;
+            println!(
+                "seeded product {product}: {flows} flows, orders and stock flows in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            Ok(())
         }
-        let () = pipe.query_async(&mut redis_conn).await?;
-        diesel::sql_query(format!(
-            "INSERT INTO orders (order_token,user_id,product_id,quantity,status,reserved_at) VALUES {}",
-            orders.join(",")
-        ))
-        .execute(&mut conn)
-        .await?;
-        diesel::sql_query(format!(
-            "INSERT INTO stock_flow (order_token,product_id,quantity,op_type) VALUES {}",
-            stock_flows.join(",")
-        ))
-        .execute(&mut conn)
-        .await?;
-        start = end;
-    }
-    Ok(())
+        Command::BareHttp { listen, workers } => bare_http::serve(&listen, workers).await,
+        Command::SignTokens {
+            product,
+            users,
+            first_user,
+            out,
+        } => {
+            let settings = Settings::load().context("settings")?;
+            tokens::sign(&settings, ProductId(product), first_user, users, &out)
+        }
+        Command::LoadProduct {
+            prefix,
+            product,
+            stock,
+            per_user_limit,
+        } => {
+            let settings = Settings::load().context("settings")?;
+            tokens::load_product(
+                &settings,
+                &prefix,
+                ProductId(product),
+                stock,
+                per_user_limit,
+            )
+            .await
+        }
+        Command::Sends(args) => {
+            let settings = Settings::load().context("settings")?;
+            sends::run(&settings, &args).await
+        }
+        Command::PrepareProduct {
+            product,
+            stock,
+            fresh,
+        } => {
+            let settings = Settings::load().context("settings")?;
+            orders::prepare_product(&settings, ProductId(product), stock, fresh).await
+        }
+        Command::PublishOrders {
+            product,
+            orders: count,
+            concurrency,
+        } => {
+            let settings = Settings::load().context("settings")?;
+            orders::publish(&settings, ProductId(product), count, concurrency).await
+        }
+        Command::WriteOrders {
+            product,
+            orders: count,
+            batch,
+            tasks,
+            watch,
+        } => {
+            let settings = Settings::load().context("settings")?;
+            orders::write(&settings, ProductId(product), count, batch, tasks, &watch).await
+        }
+        Command::Drain {
+            consumer,
+            product,
+            orders: count,
+            pid_file,
+            log,
+            timeout_secs,
+            watch,
+        } => {
+            let settings = Settings::load().context("settings")?;
+            let watch = orders::DrainWatch {
+                consumer,
+                product: ProductId(product),
+                orders: count,
+                pid_file,
+                log,
+                timeout: std::time::Duration::from_secs(timeout_secs),
+                watch,
+            };
+            orders::drain(&settings, &watch).await
+        }
+        Command::Conns { addr, count, pid } => conns::run(&addr, count, pid).await,
+    }?;
+    Ok(ExitCode::SUCCESS)
 }

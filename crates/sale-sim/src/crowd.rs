@@ -1,6 +1,7 @@
 //! The crowd: `concurrency` workers take the next buyer until none is left, each buyer a
-//! token request then a purchase; and the watch that notes when MySQL's order count last
-//! moved.
+//! token request then a purchase; or, for measuring the purchase alone, every token first
+//! and then the purchases — closed loop at `concurrency`, or open loop at a fixed rate.
+//! And the watch that notes when MySQL's order count last moved.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -93,6 +94,147 @@ pub async fn run(
     })
 }
 
+/// Every buyer's token first (closed loop, `concurrency` at once), then every purchase:
+/// closed loop at `concurrency` when `rate` is `None`, else open loop — purchase `i` goes out
+/// at `start + i / rate` whatever the earlier ones are doing, and its latency is counted
+/// from that scheduled moment, so a gateway that falls behind cannot hide it by slowing the
+/// sender (no coordinated omission).
+pub async fn run_tokens_first(
+    gateway: &Gateway,
+    config: &SaleConfig,
+    concurrency: u32,
+    rate: Option<f64>,
+    progress: &ProgressBar,
+) -> anyhow::Result<Crowd> {
+    let started = Instant::now();
+    let buyers = u64::from(config.buyers);
+    let users: Vec<u64> = (0..buyers).map(|n| config.first_user_id + n).collect();
+    let product = config.product_id;
+    let tokens = for_each_bounded(users, concurrency, {
+        let gateway = gateway.clone();
+        move |user| {
+            let gateway = gateway.clone();
+            async move { (user, gateway.issue_token(product, user).await) }
+        }
+    })
+    .await?;
+    let mut done = Vec::with_capacity(tokens.len());
+    let mut ready = Vec::with_capacity(tokens.len());
+    for (user, issued) in tokens {
+        match issued {
+            Ok(issued) => ready.push((user, issued.token)),
+            Err(refusal) => done.push(Buyer {
+                user,
+                outcome: Err((Step::Token, refusal)),
+                requests: 1,
+                purchase: None,
+            }),
+        }
+    }
+    let purchases = match rate {
+        None => {
+            for_each_bounded(ready, concurrency, {
+                let (gateway, progress) = (gateway.clone(), progress.clone());
+                move |(user, token)| {
+                    let (gateway, progress) = (gateway.clone(), progress.clone());
+                    async move {
+                        let buyer = purchase(&gateway, product, user, &token, Instant::now()).await;
+                        progress.inc(1);
+                        buyer
+                    }
+                }
+            })
+            .await?
+        }
+        Some(rate) => open_loop(gateway, product, ready, rate, progress).await?,
+    };
+    done.extend(purchases);
+    Ok(Crowd {
+        buyers: done,
+        started,
+        finished: Instant::now(),
+    })
+}
+
+/// Runs `job` on every item, at most `concurrency` at once, on tokio tasks.
+async fn for_each_bounded<T, R, F, Fut>(
+    items: Vec<T>,
+    concurrency: u32,
+    job: F,
+) -> anyhow::Result<Vec<R>>
+where
+    T: Send + 'static,
+    R: Send + 'static,
+    F: Fn(T) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = R> + Send,
+{
+    let queue = Arc::new(Mutex::new(items.into_iter()));
+    let mut workers = JoinSet::new();
+    for _ in 0..concurrency.max(1) {
+        let (queue, job) = (queue.clone(), job.clone());
+        workers.spawn(async move {
+            let mut out = Vec::new();
+            loop {
+                let next = queue.lock().expect("the queue is never poisoned").next();
+                let Some(item) = next else { return out };
+                out.push(job(item).await);
+            }
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(out) = workers.join_next().await {
+        all.extend(out.context("a crowd task panicked")?);
+    }
+    Ok(all)
+}
+
+/// One task per purchase, each started at its scheduled moment.
+async fn open_loop(
+    gateway: &Gateway,
+    product: u64,
+    ready: Vec<(u64, String)>,
+    rate: f64,
+    progress: &ProgressBar,
+) -> anyhow::Result<Vec<Buyer>> {
+    let interval = Duration::from_secs_f64(1.0 / rate.max(f64::MIN_POSITIVE));
+    let start = tokio::time::Instant::now();
+    let mut tasks = JoinSet::new();
+    for (i, (user, token)) in ready.into_iter().enumerate() {
+        let at = start + interval.mul_f64(i as f64);
+        tokio::time::sleep_until(at).await;
+        let (gateway, progress) = (gateway.clone(), progress.clone());
+        tasks.spawn(async move {
+            let buyer = purchase(&gateway, product, user, &token, at.into_std()).await;
+            progress.inc(1);
+            buyer
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(buyer) = tasks.join_next().await {
+        all.push(buyer.context("a purchase task panicked")?);
+    }
+    Ok(all)
+}
+
+/// The purchase of a buyer who holds a token; its latency counts from `scheduled`.
+async fn purchase(
+    gateway: &Gateway,
+    product: u64,
+    user: u64,
+    token: &str,
+    scheduled: Instant,
+) -> Buyer {
+    let outcome = gateway.purchase(product, user, token).await;
+    Buyer {
+        user,
+        outcome: outcome
+            .map(|queued| queued.order_token)
+            .map_err(|refusal| (Step::Purchase, refusal)),
+        requests: 2,
+        purchase: Some((scheduled, scheduled.elapsed())),
+    }
+}
+
 async fn buy(gateway: &Gateway, product: u64, user: u64) -> Buyer {
     let token = match gateway.issue_token(product, user).await {
         Ok(issued) => issued.token,
@@ -127,6 +269,10 @@ pub struct Tally {
     pub token_failures: u64,
     pub requests: u64,
     pub first_purchase: Option<Instant>,
+    /// When the last purchase answer came back.
+    pub last_answer: Option<Instant>,
+    /// Purchases sent (and answered, or given up on).
+    pub purchases: u64,
     pub purchase_latencies_ms: Vec<f64>,
     pub accepted_latencies_ms: Vec<f64>,
 }
@@ -138,6 +284,9 @@ impl Tally {
             tally.requests += u64::from(buyer.requests);
             if let Some((sent, latency)) = buyer.purchase {
                 tally.first_purchase = Some(tally.first_purchase.map_or(sent, |t| t.min(sent)));
+                let answered = sent + latency;
+                tally.last_answer = Some(tally.last_answer.map_or(answered, |t| t.max(answered)));
+                tally.purchases += 1;
                 tally
                     .purchase_latencies_ms
                     .push(latency.as_secs_f64() * 1e3);
@@ -272,6 +421,23 @@ mod tests {
             tally.refusal_messages["RATE_LIMITED"],
             "RATE_LIMITED message"
         );
+    }
+
+    #[test]
+    fn the_tally_spans_the_purchases_from_the_first_sent_to_the_last_answered() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut buyers = vec![
+            buyer(1, Ok("t1".into())),
+            buyer(2, Err((Step::Purchase, refusal(Some(409), SOLD_OUT)))),
+            buyer(3, Err((Step::Token, refusal(Some(429), "RATE_LIMITED")))),
+        ];
+        buyers[0].purchase = Some((at(10), Duration::from_millis(50)));
+        buyers[1].purchase = Some((at(20), Duration::from_millis(5)));
+        let tally = Tally::of(&buyers);
+        assert_eq!(tally.purchases, 2);
+        assert_eq!(tally.first_purchase, Some(at(10)));
+        assert_eq!(tally.last_answer, Some(at(60)));
     }
 
     #[test]

@@ -56,6 +56,12 @@ pub struct SaleConfig {
     pub drain_timeout: Duration,
     /// A progress bar on stderr (drawn only when stderr is a terminal).
     pub progress: bool,
+    /// Every buyer's token first, then the purchases: the purchase rate and latency alone,
+    /// without token requests in between (for benchmarks; a real crowd interleaves them).
+    pub tokens_first: bool,
+    /// Purchases per second, open loop (implies `tokens_first`): each purchase goes out at
+    /// its scheduled moment and its latency counts from there. `None`: closed loop.
+    pub rate: Option<f64>,
 }
 
 impl SaleConfig {
@@ -73,6 +79,8 @@ impl SaleConfig {
             first_user_id: 1,
             drain_timeout: Duration::from_secs(60),
             progress: false,
+            tokens_first: false,
+            rate: None,
         }
     }
 }
@@ -114,7 +122,11 @@ pub async fn run_sale(config: &SaleConfig) -> anyhow::Result<SaleReport> {
         Arc::clone(&watch),
         DRAIN_POLL,
     ));
-    let crowd = crowd::run(&gateway, config, concurrency, &progress).await;
+    let crowd = if config.tokens_first || config.rate.is_some() {
+        crowd::run_tokens_first(&gateway, config, concurrency, config.rate, &progress).await
+    } else {
+        crowd::run(&gateway, config, concurrency, &progress).await
+    };
     watcher.abort();
     progress.finish_and_clear();
     let crowd = crowd?;
@@ -123,6 +135,11 @@ pub async fn run_sale(config: &SaleConfig) -> anyhow::Result<SaleReport> {
     let (state, drained_at) = wait_for_drain(&gateway, config, tally.accepted, &watch).await?;
     let first_purchase = tally.first_purchase.unwrap_or(crowd.started);
     let drain_seconds = drained_at.map(|at| at.saturating_duration_since(first_purchase));
+    let sell_seconds = drained_at.map(|at| at.saturating_duration_since(crowd.started));
+    let purchase_seconds = tally
+        .first_purchase
+        .zip(tally.last_answer)
+        .map(|(first, last)| last.saturating_duration_since(first).as_secs_f64());
 
     let accepted: Vec<(u64, &str)> = crowd
         .buyers
@@ -154,6 +171,13 @@ pub async fn run_sale(config: &SaleConfig) -> anyhow::Result<SaleReport> {
         } else {
             0.0
         },
+        purchases: tally.purchases,
+        purchase_seconds,
+        purchases_per_sec: purchase_seconds
+            .filter(|secs| *secs > 0.0)
+            .map(|secs| tally.purchases as f64 / secs),
+        sell_seconds: sell_seconds.map(|d| d.as_secs_f64()),
+        target_rate: config.rate,
         purchase_latency_ms: Percentiles::of(tally.purchase_latencies_ms),
         accepted_latency_ms: Percentiles::of(tally.accepted_latencies_ms),
         confirmed_sample,

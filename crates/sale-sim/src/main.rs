@@ -46,6 +46,14 @@ struct Cli {
     /// No progress bar (there is none anyway when stderr is not a terminal).
     #[arg(long)]
     no_progress: bool,
+    /// Every buyer's token first, then the purchases (closed loop at --concurrency): the
+    /// purchase rate alone, for benchmarks.
+    #[arg(long)]
+    tokens_first: bool,
+    /// Purchases per second, open loop (implies --tokens-first): latency counts from each
+    /// purchase's scheduled moment.
+    #[arg(long)]
+    rate: Option<f64>,
 }
 
 /// 1,000,000 + seconds of the clock mod 1,000,000: a product id of its own for every run
@@ -71,6 +79,8 @@ async fn main() -> ExitCode {
         first_user_id: cli.first_user_id,
         drain_timeout: Duration::from_secs(cli.drain_timeout_secs),
         progress: !cli.no_progress,
+        tokens_first: cli.tokens_first,
+        rate: cli.rate.filter(|rate| *rate > 0.0),
     };
     let report = match run_sale(&config).await {
         Ok(report) => report,

@@ -42,6 +42,17 @@ pub struct SaleReport {
     /// HTTP requests the crowd sent (tokens and purchases).
     pub requests: u64,
     pub requests_per_sec: f64,
+    /// Purchase requests answered (accepted or refused).
+    pub purchases: u64,
+    /// From the first purchase sent to the last purchase answered; `None` without purchases.
+    pub purchase_seconds: Option<f64>,
+    /// `purchases / purchase_seconds`: the purchase rate the gateway sustained.
+    pub purchases_per_sec: Option<f64>,
+    /// From the crowd's first request until MySQL held every accepted order (the units
+    /// sold per second of a whole sale is `accepted / sell_seconds`); `None` when never.
+    pub sell_seconds: Option<f64>,
+    /// The open-loop purchase rate asked for (`--rate`); `None` for a closed-loop crowd.
+    pub target_rate: Option<f64>,
     /// Every purchase's answer time; `None` when no buyer got as far as a purchase.
     pub purchase_latency_ms: Option<Percentiles>,
     /// The accepted purchases' alone: they take the whole path (Redis reservation and the
@@ -212,6 +223,16 @@ impl fmt::Display for SaleReport {
             "  crowd           {} buyers in {:.2} s · {:.0} requests/s",
             self.buyers, self.sale_seconds, self.requests_per_sec
         )?;
+        if let (Some(secs), Some(rate)) = (self.purchase_seconds, self.purchases_per_sec) {
+            let target = self
+                .target_rate
+                .map_or_else(String::new, |r| format!(" (open loop at {r:.0}/s)"));
+            writeln!(
+                f,
+                "  purchases       {} in {secs:.2} s · {rate:.0} purchases/s{target}",
+                self.purchases
+            )?;
+        }
         match (&self.purchase_latency_ms, &self.accepted_latency_ms) {
             (None, _) => writeln!(f, "  purchase        none was sent")?,
             (Some(all), accepted) => {
@@ -283,6 +304,11 @@ mod tests {
             drain_seconds: Some(0.5),
             requests: 600,
             requests_per_sec: 600.0,
+            purchases: 300,
+            purchase_seconds: Some(0.5),
+            purchases_per_sec: Some(600.0),
+            sell_seconds: Some(1.5),
+            target_rate: None,
             purchase_latency_ms: Percentiles::of(vec![1.0, 2.0, 3.0]),
             accepted_latency_ms: Percentiles::of(vec![3.0]),
             confirmed_sample: SampleCheck {
