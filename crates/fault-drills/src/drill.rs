@@ -205,11 +205,13 @@ impl Drill {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
         );
         let port = *self.ports.entry(service).or_insert_with(free_port);
+        // The log is appended to across restarts: only this run's lines count, so its length
+        // is taken before the process starts writing to it.
+        let log = test_support::process::log_path_of(service.binary(), port);
+        let from = std::fs::metadata(&log).map_or(0, |m| m.len());
         let process =
             ServiceProcess::spawn_on(service.binary(), service.listen_var(), port, &env, &[]);
-        let log = process.log_path().to_path_buf();
-        // The log is appended to across restarts: only this run's lines count.
-        let from = std::fs::metadata(&log).map_or(0, |m| m.len());
+        debug_assert_eq!(process.log_path(), log);
         self.logs.insert(log.clone());
         self.services.insert(service, process);
         if extra.iter().any(|(k, _)| *k == "FAILPOINTS") {

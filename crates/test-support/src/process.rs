@@ -89,9 +89,8 @@ impl ServiceProcess {
             "{} is missing: run `cargo build --workspace --bins` first",
             binary.display()
         );
-        let log_dir = std::env::temp_dir().join("seckill-test-logs");
-        std::fs::create_dir_all(&log_dir).expect("a log folder");
-        let log_path = log_dir.join(format!("{name}-{port}.log"));
+        let log_path = log_path_of(name, port);
+        std::fs::create_dir_all(log_path.parent().expect("a log folder")).expect("a log folder");
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -192,4 +191,12 @@ impl ServiceProcess {
             .await
             .expect("the child can be waited for")
     }
+}
+
+/// Where [`ServiceProcess::spawn_on`] appends the log of `name` listening on `port`: known
+/// before the spawn, so a caller can note how long the log was before the process wrote.
+pub fn log_path_of(name: &str, port: u16) -> std::path::PathBuf {
+    std::env::temp_dir()
+        .join("seckill-test-logs")
+        .join(format!("{name}-{port}.log"))
 }
