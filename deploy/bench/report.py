@@ -124,7 +124,10 @@ def cpu_of(path):
     return json.load(open(path)) if os.path.exists(path) else None
 
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-load_end = " ".join(open("/proc/loadavg").read().split()[:3])
+# Written by run.sh when the measurements ended (a report made again later must not take
+# the load of that later moment).
+load_end = (open(f"{work}/loadavg-end").read().strip() if os.path.exists(f"{work}/loadavg-end")
+            else " ".join(open("/proc/loadavg").read().split()[:3]))
 load_start = open(f"{work}/loadavg-start").read().strip() if os.path.exists(f"{work}/loadavg-start") else "?"
 w("# Benchmarks")
 w("")

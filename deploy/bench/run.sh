@@ -409,6 +409,7 @@ fi
 log "reconcile audit of ${flows} flows"
 BIN_DIR="$bin_dir" FLOWS="$flows" "${here}/reconcile.sh" >"${work}/reconcile.txt"
 
+cut -d' ' -f1-3 /proc/loadavg >"${work}/loadavg-end"
 cat >"${work}/params.json" <<JSON
 {"rounds": ${rounds}, "buyers": ${buyers}, "stock": ${stock}, "flows": ${flows},
  "drain_orders": ${drain_orders}, "single_orders": ${single_orders},
