@@ -55,19 +55,24 @@ pub async fn spawn_app_with_consumer() -> TestApp {
 /// [`spawn_app_with_consumer`], with `extra` settings for the gateway.
 pub async fn spawn_app_with_consumer_and(extra: &[(&str, &str)]) -> TestApp {
     let mut app = spawn_app_with(extra).await;
-    let settings = app.stack.settings(&[]);
-    app.consumer = Some(
-        InProcessService::start("consumer", move |shutdown, port| async move {
-            let consumer = order_consumer_svc::Application::build(settings).await?;
-            let _ = port.send(consumer.port());
-            consumer.run_until_stopped(shutdown).await
-        })
-        .await,
-    );
+    app.start_consumer().await;
     app
 }
 
 impl TestApp {
+    /// Starts an order consumer on the app's stack (again, after a test stopped it).
+    pub async fn start_consumer(&mut self) {
+        let settings = self.stack.settings(&[]);
+        self.consumer = Some(
+            InProcessService::start("consumer", move |shutdown, port| async move {
+                let consumer = order_consumer_svc::Application::build(settings).await?;
+                let _ = port.send(consumer.port());
+                consumer.run_until_stopped(shutdown).await
+            })
+            .await,
+        );
+    }
+
     pub async fn put_product(&self, product: u64, body: Value) -> Response {
         self.client
             .put(format!("{}/admin/v1/products/{product}", self.address))

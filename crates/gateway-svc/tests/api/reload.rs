@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use reqwest::{Response, StatusCode};
-use test_support::service::InProcessService;
 
 use crate::helpers::{
     ADMIN, TestApp, assert_error, body, spawn_app_with_consumer, spawn_app_with_consumer_and,
@@ -142,15 +141,7 @@ async fn a_reload_waits_for_orders_still_queued_and_counts_them_as_sold() {
     )
     .await;
 
-    let settings = app.stack.settings(&[]);
-    app.consumer = Some(
-        InProcessService::start("consumer", move |shutdown, port| async move {
-            let consumer = order_consumer_svc::Application::build(settings).await?;
-            let _ = port.send(consumer.port());
-            consumer.run_until_stopped(shutdown).await
-        })
-        .await,
-    );
+    app.start_consumer().await;
     // The consumer catches up within the drain time, or the next reload does.
     let deadline = tokio::time::Instant::now() + CONFIRMED_WITHIN;
     let reloaded = loop {
