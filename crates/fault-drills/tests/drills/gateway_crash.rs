@@ -22,6 +22,11 @@ const STOCK: i64 = 30;
 /// Reconcile leaves a flow younger than this alone; the drills' runs come after it.
 const GRACE_SECS: &str = "2";
 
+/// A flow with no message waits for reconcile: a run every 3 s while the drill settles.
+fn settled_by_reconcile() -> Settle {
+    Settle::within(SETTLE).reconciling_every(Duration::from_secs(3))
+}
+
 /// Starts the gateway with `fail_point` armed for the first purchase that reaches it, sends
 /// a crowd, waits for the crash and restarts the gateway clean; the crowd goes on against
 /// the restarted one. Returns once every buyer has an answer.
@@ -49,13 +54,7 @@ async fn a_gateway_killed_after_the_pre_deduct_leaves_a_unit_reconcile_turns_int
     let mut drill = Drill::begin("gateway_crash_after_pre_deduct").await;
     let (sale, outcome) = crash_gateway_at(&mut drill, "gateway::after_pre_deduct").await;
 
-    let audit = settle_and_audit(
-        &drill,
-        &sale,
-        &outcome,
-        Settle::within(SETTLE).reconciling_every(Duration::from_secs(3)),
-    )
-    .await;
+    let audit = settle_and_audit(&drill, &sale, &outcome, settled_by_reconcile()).await;
 
     // The cut purchase's unit is an order now, though its buyer never heard so.
     assert_eq!(
@@ -75,13 +74,7 @@ async fn a_gateway_killed_after_the_pre_deduct_can_give_the_unit_back_by_policy(
     drill.set_env("SECKILL_RECONCILE__POLICY", "restore");
     let (sale, outcome) = crash_gateway_at(&mut drill, "gateway::after_pre_deduct").await;
 
-    let audit = settle_and_audit(
-        &drill,
-        &sale,
-        &outcome,
-        Settle::within(SETTLE).reconciling_every(Duration::from_secs(3)),
-    )
-    .await;
+    let audit = settle_and_audit(&drill, &sale, &outcome, settled_by_reconcile()).await;
 
     // Every order is a 202; the cut purchase's unit went back on sale.
     assert_eq!(
