@@ -195,21 +195,28 @@ impl StockCache {
         .await
     }
 
-    /// Runs `lua/confirm.lua`: true = COMMIT (the flow is committed), false = ROLLBACK;
-    /// [`CacheError::NotLoaded`] when Redis lost the product and cannot tell.
+    /// Runs `lua/confirm.lua` for one order: true = COMMIT (the flow is committed), false =
+    /// ROLLBACK; [`CacheError::NotLoaded`] when Redis lost the product and cannot tell.
     pub async fn confirm(&self, token: &OrderToken) -> Result<bool, CacheError> {
-        let keys = self.keys(token.product_id());
+        self.confirm_all(std::slice::from_ref(token)).await
+    }
+
+    /// Runs `lua/confirm.lua` for the orders of one message, all of one product: true =
+    /// COMMIT (every flow is committed), false = ROLLBACK (some flow was gone: the others,
+    /// unless already committed, are given back). One answer for all, as the message has.
+    ///
+    /// # Panics
+    /// When `tokens` is empty or names more than one product (a message never does).
+    pub async fn confirm_all(&self, tokens: &[OrderToken]) -> Result<bool, CacheError> {
+        let product = one_product(tokens);
+        let keys = self.keys(product);
         self.timed(async {
             let mut conn = self.connection().await?;
-            let answer: i64 = scripts::invoke(
-                scripts::CONFIRM
-                    .key(&keys.flow)
-                    .key(&keys.tomb)
-                    .key(&keys.meta)
-                    .arg(token.to_string()),
-                &mut conn,
-            )
-            .await?;
+            let mut invocation = scripts::CONFIRM.key(&keys.sale_keys()[..]);
+            for token in tokens {
+                invocation.arg(token.to_string());
+            }
+            let answer: i64 = scripts::invoke(&invocation, &mut conn).await?;
             match answer {
                 1 => Ok(true),
                 0 => Ok(false),
@@ -510,4 +517,17 @@ pub struct FlowPage {
     pub next_cursor: u64,
     pub flows: Vec<(OrderToken, FlowRecord)>,
     pub unreadable: Vec<String>,
+}
+
+/// The one product a message's orders belong to: a script runs in one product's slot.
+fn one_product(tokens: &[OrderToken]) -> ProductId {
+    let product = tokens
+        .first()
+        .expect("a message holds at least one order")
+        .product_id();
+    assert!(
+        tokens.iter().all(|token| token.product_id() == product),
+        "the orders of one message are of one product"
+    );
+    product
 }

@@ -11,10 +11,19 @@ use deadpool_redis::redis::{
 
 pub(crate) static PRE_DEDUCT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/pre_deduct.lua")));
-pub(crate) static CONFIRM: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/confirm.lua")));
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/release.lua")));
+// confirm.lua and release.lua both give reserved units back: one function, prepended to each.
+pub(crate) static CONFIRM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../../lua/lib/give_back.lua"),
+        include_str!("../../../lua/confirm.lua")
+    ))
+});
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../../lua/lib/give_back.lua"),
+        include_str!("../../../lua/release.lua")
+    ))
+});
 pub(crate) static LOAD_PRODUCT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/load_product.lua")));
 

@@ -213,3 +213,76 @@ async fn a_rebuild_forgets_flows_buyers_and_results_but_keeps_tombstones() {
     assert_eq!(after.result[&kept.to_string()], "confirmed");
     assert!(after.tomb.contains_key(&released.to_string()));
 }
+
+#[tokio::test]
+async fn confirming_the_orders_of_one_message_commits_them_all() {
+    let redis = on_sale(10, 2).await;
+    let cache = redis.cache();
+    let tokens = vec![
+        reserve(cache, 1, 1).await,
+        reserve(cache, 2, 2).await,
+        reserve(cache, 3, 1).await,
+    ];
+
+    assert!(cache.confirm_all(&tokens).await.unwrap());
+
+    for token in &tokens {
+        let flow = cache.order_view(token).await.unwrap().flow.unwrap();
+        assert_eq!(flow.state, FlowState::Committed);
+    }
+    let after = snapshot(&redis, PRODUCT).await;
+    assert_eq!(after.stock.as_deref(), Some("6"));
+    assert!(after.tomb.is_empty());
+}
+
+#[tokio::test]
+async fn a_message_with_one_released_order_rolls_back_and_gives_back_the_reserved_rest() {
+    let redis = on_sale(10, 2).await;
+    let cache = redis.cache();
+    let released = reserve(cache, 1, 1).await;
+    let reserved = reserve(cache, 2, 2).await;
+    let committed_alone = reserve(cache, 3, 1).await;
+    assert_eq!(
+        cache.release(&released, "restore").await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert!(cache.confirm(&committed_alone).await.unwrap());
+    let epoch = cache.meta(PRODUCT).await.unwrap().unwrap().epoch;
+
+    let message = [released.clone(), reserved.clone(), committed_alone.clone()];
+    assert!(!cache.confirm_all(&message).await.unwrap());
+
+    let after = snapshot(&redis, PRODUCT).await;
+    // 10 − 1 − 2 − 1, then the released unit and the two reserved ones back: only the
+    // order committed on its own stays sold (reconcile re-publishes it).
+    assert_eq!(after.stock.as_deref(), Some("9"));
+    assert_eq!(
+        after.users.get("2"),
+        None,
+        "the buyer's units are given back"
+    );
+    let tomb: Tombstone = serde_json::from_str(&after.tomb[&reserved.to_string()]).unwrap();
+    assert_eq!(
+        (tomb.user_id, tomb.quantity, tomb.reason.as_str()),
+        (Some(UserId(2)), Some(2), "rolled_back")
+    );
+    let kept: Tombstone = serde_json::from_str(&after.tomb[&released.to_string()]).unwrap();
+    assert_eq!(
+        kept.reason, "restore",
+        "the earlier release's tombstone is kept"
+    );
+    let flow = cache
+        .order_view(&committed_alone)
+        .await
+        .unwrap()
+        .flow
+        .unwrap();
+    assert_eq!(flow.state, FlowState::Committed);
+    assert!(cache.meta(PRODUCT).await.unwrap().unwrap().epoch > epoch);
+
+    assert!(
+        !cache.confirm_all(&message).await.unwrap(),
+        "a check-back repeats the answer"
+    );
+    assert_eq!(snapshot(&redis, PRODUCT).await, after);
+}
