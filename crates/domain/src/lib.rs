@@ -16,6 +16,6 @@ pub mod reconcile;
 
 pub use flow::{FlowRecord, FlowState};
 pub use ids::{IdError, OrderToken, ProductId, UserId};
-pub use message::{DecodeError, OrderPlaced};
+pub use message::{DecodeError, MAX_ORDERS_PER_MESSAGE, OrderPlaced};
 pub use outcome::PreDeductOutcome;
 pub use purchase_token::{PurchaseClaims, TokenError, TokenSigner};

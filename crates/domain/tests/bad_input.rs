@@ -383,7 +383,7 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------------------
-// Order messages (the body the consumer decodes with `OrderPlaced::decode`)
+// Order messages (the body the consumer decodes with `OrderPlaced::decode_all`)
 // ---------------------------------------------------------------------------------------
 
 proptest! {
@@ -395,6 +395,9 @@ proptest! {
             prop_assert_eq!(order.v, ORDER_PLACED_VERSION);
             prop_assert_eq!(order.order_token.product_id(), order.product_id);
             prop_assert!(order.quantity > 0);
+        }
+        if let Ok(orders) = OrderPlaced::decode_all(&body) {
+            prop_assert!(orders.iter().all(|o| o.order_token.product_id() == o.product_id));
         }
     }
 
@@ -412,6 +415,25 @@ proptest! {
     #[test]
     fn an_encoded_order_decodes_to_itself(order in order_strategy()) {
         prop_assert_eq!(OrderPlaced::decode(&order.encode()).unwrap(), order);
+    }
+
+    #[test]
+    fn a_message_of_several_orders_with_any_byte_changed_is_refused_whole_or_still_consistent(
+        orders in proptest::collection::vec(order_strategy(), 1..8),
+        position in any::<proptest::sample::Index>(),
+        byte in any::<u8>(),
+    ) {
+        let mut body = OrderPlaced::encode_all(&orders);
+        prop_assert_eq!(OrderPlaced::decode_all(&body).unwrap(), orders);
+        let index = position.index(body.len());
+        body[index] = byte;
+        if let Ok(decoded) = OrderPlaced::decode_all(&body) {
+            prop_assert!(!decoded.is_empty());
+            for order in decoded {
+                prop_assert_eq!(order.order_token.product_id(), order.product_id);
+                prop_assert!(order.quantity > 0);
+            }
+        }
     }
 
     #[test]
