@@ -88,10 +88,10 @@ fn now_ms() -> i64 {
 struct NoTransactions;
 
 impl LocalTransaction for NoTransactions {
-    fn execute(&self, _order: &OrderPlaced) -> TxDecision {
+    fn execute(&self, _orders: &[OrderPlaced]) -> TxDecision {
         TxDecision::Rollback
     }
-    fn check(&self, _order_token: &OrderToken) -> TxDecision {
+    fn check(&self, _order_tokens: &[OrderToken]) -> TxDecision {
         TxDecision::Rollback
     }
 }

@@ -2,6 +2,8 @@
 //! the Lua pre-deduct first (the crowd stops there), then — winners only — the
 //! transactional message, whose local transaction is `confirm.lua`. A send that fails
 //! runs `release.lua`, which refuses to give back a unit a check-back has committed.
+//! Winners of one product that arrive while the broker is busy share a message
+//! ([`OrderBatcher`]): its local transaction confirms all of their flows or none.
 //!
 //! Spans (children of the request's): `lua.pre_deduct`, `mq.send_half` and, inside it, the
 //! `local_transaction` (run by the client on its own thread, attached through
@@ -14,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use domain::{OrderPlaced, OrderToken, PreDeductOutcome, PurchaseClaims};
-use order_queue::{LocalTransaction, OrderPublisher, TxDecision};
+use order_queue::{LocalTransaction, OrderBatcher, TxDecision};
 use platform::telemetry::{ORDER_TOKEN_ATTRIBUTE, annotate, short_token};
 use stock_cache::{ReleaseOutcome, StockCache};
 use tokio::runtime::Handle;
@@ -30,7 +32,7 @@ const UNKNOWN_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_milli
 
 pub struct PurchaseDesk {
     cache: StockCache,
-    publisher: Arc<OrderPublisher>,
+    sender: OrderBatcher,
     sold_out: Arc<SoldOutFlags>,
     send_spans: Arc<SendSpans>,
 }
@@ -85,13 +87,13 @@ impl SendSpans {
 impl PurchaseDesk {
     pub fn new(
         cache: StockCache,
-        publisher: Arc<OrderPublisher>,
+        sender: OrderBatcher,
         sold_out: Arc<SoldOutFlags>,
         send_spans: Arc<SendSpans>,
     ) -> Self {
         Self {
             cache,
-            publisher,
+            sender,
             sold_out,
             send_spans,
         }
@@ -160,27 +162,27 @@ impl PurchaseDesk {
         // finds the flow once its grace window has passed.
         platform::crash_point!("gateway::after_pre_deduct");
 
+        let send_span = tracing::info_span!(
+            "mq.send_half",
+            otel.kind = "producer",
+            messaging.system = "rocketmq",
+            order = %short_token(&claims.order_token),
+            decision = tracing::field::Empty,
+        );
+        // The consumer joins the trace under the send: the message is its cause.
         let order = OrderPlaced::new(
             claims.order_token.clone(),
             claims.user_id,
             quantity,
             reserved_at_ms,
-        );
-        let send_span = tracing::info_span!(
-            "mq.send_half",
-            otel.kind = "producer",
-            messaging.system = "rocketmq",
-            order = %short_token(&order.order_token),
-            decision = tracing::field::Empty,
-        );
-        // The consumer joins the trace under the send: the message is its cause.
-        let traceparent = platform::telemetry::traceparent_of(&send_span);
+        )
+        .with_traceparent(platform::telemetry::traceparent_of(&send_span));
         self.send_spans
             .insert(&order.order_token, send_span.clone());
         let started = Instant::now();
         let sent = self
-            .publisher
-            .send_in_transaction(&order, traceparent.as_deref())
+            .sender
+            .send(order.clone())
             .instrument(send_span.clone())
             .await;
         self.send_spans.remove(&order.order_token);
@@ -248,7 +250,7 @@ impl PurchaseDesk {
     async fn release_after_failed_send(
         &self,
         order: &OrderPlaced,
-        send_error: order_queue::MqError,
+        send_error: order_queue::SendFailed,
     ) -> Result<(), ApiError> {
         let token = &order.order_token;
         let started = Instant::now();
@@ -311,19 +313,25 @@ pub struct ConfirmInRedis {
 }
 
 impl ConfirmInRedis {
-    /// confirm.lua inside `span` (entered on this thread, so log lines carry its trace id).
-    fn confirm(&self, token: &OrderToken, span: tracing::Span, kind: &'static str) -> TxDecision {
+    /// confirm.lua for the orders of one message, inside `span` (entered on this thread, so
+    /// log lines carry its trace id).
+    fn confirm(
+        &self,
+        tokens: &[OrderToken],
+        span: tracing::Span,
+        kind: &'static str,
+    ) -> TxDecision {
         let decision = span.in_scope(|| {
             let started = Instant::now();
             let confirmed = self
                 .runtime
-                .block_on(self.cache.confirm(token).instrument(lua_span("confirm")));
+                .block_on(self.cache.confirm_all(tokens).instrument(lua_span("confirm")));
             lua_seconds("confirm", started);
             match confirmed {
                 Ok(true) => TxDecision::Commit,
                 Ok(false) => TxDecision::Rollback,
                 Err(error) => {
-                    tracing::warn!(order = %short_token(token), error = ?error, "confirm.lua failed; the broker will check back.");
+                    tracing::warn!(order = %short_token(&tokens[0]), orders = tokens.len(), error = ?error, "confirm.lua failed; the broker will check back.");
                     TxDecision::Unknown
                 }
             }
@@ -336,32 +344,35 @@ impl ConfirmInRedis {
 }
 
 impl LocalTransaction for ConfirmInRedis {
-    fn execute(&self, order: &OrderPlaced) -> TxDecision {
-        // Crash point 2: the half message is stored and the flow reserved, but no answer
+    fn execute(&self, orders: &[OrderPlaced]) -> TxDecision {
+        // Crash point 2: the half message is stored and the flows reserved, but no answer
         // will come from here; the broker's check-back, served by any gateway of the
-        // producer group, commits it from the flow record.
+        // producer group, commits them from the flow records.
         platform::crash_point!("gateway::in_local_transaction");
-        let token = &order.order_token;
-        let parent = self.send_spans.get(token);
+        let tokens: Vec<OrderToken> = orders.iter().map(|o| o.order_token.clone()).collect();
+        // Under the first order's send; the other purchases' traces show their own sends.
+        let parent = self.send_spans.get(&tokens[0]);
         let span = tracing::info_span!(
             parent: parent.as_ref().and_then(tracing::Span::id),
             "local_transaction",
-            order = %short_token(token),
+            order = %short_token(&tokens[0]),
+            orders = tokens.len(),
             answer = tracing::field::Empty,
         );
-        self.confirm(token, span, "local")
+        self.confirm(&tokens, span, "local")
     }
 
-    fn check(&self, order_token: &OrderToken) -> TxDecision {
+    fn check(&self, order_tokens: &[OrderToken]) -> TxDecision {
         // The broker asks about a half message, maybe long after the purchase and on another
-        // gateway: a trace of its own, which names the order token for the operator.
+        // gateway: a trace of its own, which names the (first) order token for the operator.
         let span = tracing::info_span!(
             parent: None,
             "check_back",
-            order = %short_token(order_token),
+            order = %short_token(&order_tokens[0]),
+            orders = order_tokens.len(),
             answer = tracing::field::Empty,
         );
-        annotate(&span, ORDER_TOKEN_ATTRIBUTE, order_token.to_string());
-        self.confirm(order_token, span, "check_back")
+        annotate(&span, ORDER_TOKEN_ATTRIBUTE, order_tokens[0].to_string());
+        self.confirm(order_tokens, span, "check_back")
     }
 }

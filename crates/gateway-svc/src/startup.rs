@@ -8,7 +8,7 @@ use actix_web::dev::Server;
 use actix_web::{App, HttpServer, middleware, web};
 use anyhow::Context;
 use domain::TokenSigner;
-use order_queue::{MqRuntime, OrderBacklog, OrderPublisher};
+use order_queue::{BatchTuning, MqRuntime, OrderBacklog, OrderBatcher, OrderPublisher};
 use order_store::Db;
 use platform::Settings;
 use platform::ops::{self, OpsState};
@@ -96,7 +96,13 @@ impl Application {
         let state = web::Data::new(AppState {
             desk: PurchaseDesk::new(
                 cache.clone(),
-                publisher.clone(),
+                OrderBatcher::start(
+                    publisher.clone(),
+                    BatchTuning {
+                        max_orders: settings.gateway.orders_per_message,
+                        in_flight: settings.gateway.sends_in_flight,
+                    },
+                ),
                 sold_out.clone(),
                 send_spans,
             ),

@@ -106,8 +106,8 @@ impl OrderWriter {
 
         let mut decoded = Vec::with_capacity(batch.len());
         for delivery in batch {
-            match OrderPlaced::decode(&delivery.body) {
-                Ok(order) => decoded.push((delivery, order)),
+            match OrderPlaced::decode_all(&delivery.body) {
+                Ok(orders) => decoded.extend(orders.into_iter().map(|order| (delivery, order))),
                 Err(error) => {
                     if !self.reject(delivery, &error.to_string()).await {
                         return BatchVerdict::RetryLater;
@@ -256,7 +256,11 @@ fn order_spans(decoded: &[(&Delivery, OrderPlaced)]) -> Vec<tracing::Span> {
     decoded
         .iter()
         .filter_map(|(delivery, order)| {
-            let traceparent = delivery.traceparent.as_deref()?;
+            // An order that shared its message with others carries its own trace context.
+            let traceparent = order
+                .traceparent
+                .as_deref()
+                .or(delivery.traceparent.as_deref())?;
             let span = tracing::info_span!(
                 parent: None,
                 "consume_order",

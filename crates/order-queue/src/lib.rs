@@ -9,7 +9,8 @@
 //! [`message`] turns an [`domain::OrderPlaced`] into a RocketMQ message (topic, tag, key = order
 //! token, JSON body, `traceparent` user property) and a received one into a [`Delivery`];
 //! [`publisher`] holds [`OrderPublisher`] and the transaction listener adapter; [`subscriber`]
-//! holds [`OrderSubscriber`]; [`topic`] creates the topic at start-up; [`backlog`] counts the
+//! holds [`OrderSubscriber`]; [`batcher`] sends several winners of one product under one
+//! transactional message ([`OrderBatcher`]); [`topic`] creates the topic at start-up; [`backlog`] counts the
 //! messages the consumers have still to write; [`error`] is [`MqError`].
 //!
 //! The client calls listeners **synchronously on its blocking pool** (not on an async worker),
@@ -21,6 +22,7 @@
 //! [`MqRuntime::new`]'s `blocking_parallelism` for the concurrency the service expects.
 
 pub mod backlog;
+pub mod batcher;
 pub mod error;
 pub mod message;
 pub mod publisher;
@@ -30,6 +32,7 @@ pub mod subscriber;
 pub mod topic;
 
 pub use backlog::OrderBacklog;
+pub use batcher::{BatchTuning, BatchedSend, OrderBatcher, SendFailed};
 pub use error::MqError;
 pub use message::{Delivery, TRACEPARENT_PROPERTY};
 pub use publisher::{LocalTransaction, OrderPublisher, TxDecision};

@@ -1,8 +1,10 @@
-//! The order message on the wire: topic and tag from the settings, key = order token (so the
-//! broker's check-back and `queryMsgByKey` find it), body = `OrderPlaced` JSON, and the W3C
-//! `traceparent` as a user property so one trace spans gateway → consumer.
+//! The order message on the wire: topic and tag from the settings, keys = the order tokens
+//! it carries (so the broker's check-back and `queryMsgByKey` find them), body = the
+//! `OrderPlaced` JSON (an object for one order, an array for several of one product), and
+//! the W3C `traceparent` as a user property so one trace spans gateway → consumer (each order
+//! of several also carries its own in the body).
 
-use domain::{OrderPlaced, OrderToken};
+use domain::{MAX_ORDERS_PER_MESSAGE, OrderPlaced, OrderToken};
 use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_model::common::message::message_single::Message;
 use rocketmq_model::common::message::{MessageConst, MessageTrait};
@@ -19,11 +21,37 @@ pub(crate) fn order_message(
     order: &OrderPlaced,
     traceparent: Option<&str>,
 ) -> Result<Message> {
+    orders_message(topic, tag, std::slice::from_ref(order), traceparent)
+}
+
+/// Builds one message for `orders`: at least one, at most `MAX_ORDERS_PER_MESSAGE`, all of
+/// one product (its local transaction runs in that product's Redis slot).
+pub(crate) fn orders_message(
+    topic: &str,
+    tag: &str,
+    orders: &[OrderPlaced],
+    traceparent: Option<&str>,
+) -> Result<Message> {
+    let Some(first) = orders.first() else {
+        return Err(MqError::InvalidMessage("a message needs an order".into()));
+    };
+    if orders.len() > MAX_ORDERS_PER_MESSAGE {
+        return Err(MqError::InvalidMessage(format!(
+            "{} orders in one message, more than {MAX_ORDERS_PER_MESSAGE}",
+            orders.len()
+        )));
+    }
+    if orders.iter().any(|o| o.product_id != first.product_id) {
+        return Err(MqError::InvalidMessage(
+            "the orders of one message must be of one product".into(),
+        ));
+    }
+    let keys = orders.iter().map(|o| o.order_token.to_string()).collect();
     let mut builder = Message::builder()
         .topic(topic)
         .tags(tag)
-        .key(order.order_token.to_string())
-        .body(order.encode());
+        .keys(keys)
+        .body(OrderPlaced::encode_all(orders));
     if let Some(traceparent) = traceparent {
         builder = builder
             .raw_property(TRACEPARENT_PROPERTY, traceparent)
@@ -34,12 +62,15 @@ pub(crate) fn order_message(
         .map_err(|error| MqError::InvalidMessage(error.to_string()))
 }
 
-/// The order token among a message's keys (space-separated), if one parses.
-pub(crate) fn order_token_of(message: &dyn MessageTrait) -> Option<OrderToken> {
-    let keys = message.get_keys()?;
+/// The order tokens among a message's keys (space-separated): those that parse.
+pub(crate) fn order_tokens_of(message: &dyn MessageTrait) -> Vec<OrderToken> {
+    let Some(keys) = message.get_keys() else {
+        return Vec::new();
+    };
     keys.as_str()
         .split(MessageConst::KEY_SEPARATOR)
-        .find_map(|key| key.parse().ok())
+        .filter_map(|key| key.parse().ok())
+        .collect()
 }
 
 /// One received message, copied out of the client's types so handlers depend on nothing but
@@ -49,9 +80,9 @@ pub struct Delivery {
     /// The producer-assigned unique id (`UNIQ_KEY`), which stays the same on redelivery;
     /// the broker's offset id when there is none.
     pub msg_id: String,
-    /// The message key: the order token, unparsed (the handler decides what a bad one means).
+    /// The message keys: the order tokens, unparsed (the handler decides what a bad one means).
     pub key: Option<String>,
-    /// The body, to be decoded with `OrderPlaced::decode`.
+    /// The body, to be decoded with `OrderPlaced::decode_all`.
     pub body: Vec<u8>,
     /// 0 on first delivery, then 1, 2, … on each redelivery after `RetryLater`.
     pub reconsume_times: i32,
@@ -102,7 +133,28 @@ mod tests {
         );
         assert_eq!(OrderPlaced::decode(message.body_slice()).unwrap(), order());
         assert_eq!(message.property(TRACEPARENT_PROPERTY), Some(TRACEPARENT));
-        assert_eq!(order_token_of(&message), Some(order().order_token));
+        assert_eq!(order_tokens_of(&message), vec![order().order_token]);
+    }
+
+    #[test]
+    fn a_message_of_several_orders_names_each_token_as_a_key() {
+        let orders: Vec<OrderPlaced> = (1..=3)
+            .map(|n| OrderPlaced::new(OrderToken::new(ProductId(3), n), UserId(n as u64), 1, 1))
+            .collect();
+        let message = orders_message("t", "order", &orders, Some(TRACEPARENT)).unwrap();
+        let tokens: Vec<OrderToken> = orders.iter().map(|o| o.order_token.clone()).collect();
+        assert_eq!(order_tokens_of(&message), tokens);
+        assert_eq!(
+            OrderPlaced::decode_all(message.body_slice()).unwrap(),
+            orders
+        );
+    }
+
+    #[test]
+    fn orders_of_two_products_or_none_make_no_message() {
+        let other = OrderPlaced::new(OrderToken::new(ProductId(4), 1), UserId(1), 1, 1);
+        assert!(orders_message("t", "order", &[order(), other], None).is_err());
+        assert!(orders_message("t", "order", &[], None).is_err());
     }
 
     #[test]
@@ -119,9 +171,9 @@ mod tests {
             .body(b"{}".to_vec())
             .build()
             .unwrap();
-        assert_eq!(order_token_of(&message), None);
+        assert!(order_tokens_of(&message).is_empty());
         let keyless = Message::builder().topic("t").build().unwrap();
-        assert_eq!(order_token_of(&keyless), None);
+        assert!(order_tokens_of(&keyless).is_empty());
     }
 
     #[test]

@@ -23,7 +23,7 @@ use rocketmq_model::common::message::message_ext::MessageExt;
 use tokio::sync::RwLock;
 use tracing::{debug, error, info};
 
-use crate::message::{order_message, order_token_of};
+use crate::message::{order_message, order_tokens_of, orders_message};
 use crate::{MqError, MqRuntime, MqSettings, Result};
 
 /// The outcome of a local transaction, as told to the broker.
@@ -60,17 +60,21 @@ impl From<LocalTransactionState> for TxDecision {
 /// The local side of a transactional send. Both methods are called synchronously on the
 /// client's blocking pool (see the crate docs): keep them short, block on async work with
 /// `Handle::block_on` if needed. A panic counts as `Unknown`.
+///
+/// A message carries one order or several of one product, and its decision covers them all:
+/// both methods get every order of the message (at least one).
 pub trait LocalTransaction: Send + Sync + 'static {
-    /// Runs right after the half message is stored, with the decoded order.
-    fn execute(&self, order: &OrderPlaced) -> TxDecision;
+    /// Runs right after the half message is stored, with the decoded orders.
+    fn execute(&self, orders: &[OrderPlaced]) -> TxDecision;
     /// The broker's check-back for a half message still undecided after the broker's
-    /// transaction timeout; `order_token` comes from the message key. It may run on any
+    /// transaction timeout; `order_tokens` come from the message keys. It may run on any
     /// replica of the producer group, long after `execute`, or while `execute` still runs.
-    fn check(&self, order_token: &OrderToken) -> TxDecision;
+    fn check(&self, order_tokens: &[OrderToken]) -> TxDecision;
 }
 
 /// Maps the client's listener calls onto a [`LocalTransaction`]. A message that is not one of
-/// ours (undecodable body, key that is no order token) can never be confirmed: `Rollback`.
+/// ours (undecodable body, no key that is an order token, orders of several products) can
+/// never be confirmed: `Rollback`.
 struct ListenerAdapter {
     local: Arc<dyn LocalTransaction>,
 }
@@ -82,8 +86,14 @@ impl TransactionListener for ListenerAdapter {
         _arg: Option<&(dyn std::any::Any + Send + Sync)>,
     ) -> LocalTransactionState {
         let body = message.get_body().map_or(&[][..], |body| body.as_ref());
-        match OrderPlaced::decode(body) {
-            Ok(order) => self.local.execute(&order).into(),
+        match OrderPlaced::decode_all(body) {
+            Ok(orders) if one_product(orders.iter().map(|o| &o.order_token)) => {
+                self.local.execute(&orders).into()
+            }
+            Ok(_) => {
+                error!(topic = %message.topic(), "Half message holds orders of several products; rolling back.");
+                LocalTransactionState::RollbackMessage
+            }
             Err(error) => {
                 error!(%error, topic = %message.topic(), "Half message body is not an order; rolling back.");
                 LocalTransactionState::RollbackMessage
@@ -92,17 +102,14 @@ impl TransactionListener for ListenerAdapter {
     }
 
     fn check_local_transaction(&self, message: &MessageExt) -> LocalTransactionState {
-        match order_token_of(message) {
-            Some(order_token) => {
-                let decision = self.local.check(&order_token);
-                debug!(%order_token, ?decision, "Transaction check-back answered.");
-                decision.into()
-            }
-            None => {
-                error!(keys = ?message.get_keys(), msg_id = %message.msg_id(), "Check-back for a message whose key is no order token; rolling back.");
-                LocalTransactionState::RollbackMessage
-            }
+        let order_tokens = order_tokens_of(message);
+        if order_tokens.is_empty() || !one_product(order_tokens.iter()) {
+            error!(keys = ?message.get_keys(), msg_id = %message.msg_id(), "Check-back for a message whose keys are no order tokens of one product; rolling back.");
+            return LocalTransactionState::RollbackMessage;
         }
+        let decision = self.local.check(&order_tokens);
+        debug!(order_token = %order_tokens[0], orders = order_tokens.len(), ?decision, "Transaction check-back answered.");
+        decision.into()
     }
 }
 
@@ -188,20 +195,19 @@ impl OrderPublisher {
         })
     }
 
-    /// Sends `order` as a transactional message and returns the local transaction's outcome
-    /// as the client reported it once the half message was stored (`Rollback` without calling
-    /// the local transaction when the broker stored it but reported a flush/replica timeout).
+    /// Sends `orders` (one, or several of one product) as one transactional message and
+    /// returns the local transaction's outcome as the client reported it once the half message
+    /// was stored (`Rollback` without calling the local transaction when the broker stored it
+    /// but reported a flush/replica timeout). The message's `traceparent` property is the
+    /// first order's; each order keeps its own in the body.
     ///
     /// `Err` means the half message is **not known to be stored** (timeout, broker down, no
-    /// route): the local transaction did not run, and the caller releases the unit. Should
-    /// the broker have stored it after all, its check-back finds the unit released and rolls
+    /// route): the local transaction did not run, and the caller releases the units. Should
+    /// the broker have stored it after all, its check-back finds them released and rolls
     /// it back.
-    pub async fn send_in_transaction(
-        &self,
-        order: &OrderPlaced,
-        traceparent: Option<&str>,
-    ) -> Result<TxDecision> {
-        let message = order_message(&self.inner.topic, &self.inner.tag, order, traceparent)?;
+    pub async fn send_in_transaction(&self, orders: &[OrderPlaced]) -> Result<TxDecision> {
+        let traceparent = orders.first().and_then(|o| o.traceparent.as_deref());
+        let message = orders_message(&self.inner.topic, &self.inner.tag, orders, traceparent)?;
         let guard = self.inner.transactional.read().await;
         let producer = guard.as_ref().ok_or(MqError::ShutDown)?;
         let result = producer
@@ -212,7 +218,8 @@ impl OrderPublisher {
             .local_transaction_state
             .map_or(TxDecision::Unknown, TxDecision::from);
         debug!(
-            order_token = %order.order_token,
+            order_token = %orders[0].order_token,
+            orders = orders.len(),
             ?decision,
             msg_id = ?result.send_result.as_ref().and_then(|r| r.msg_id.as_ref()),
             "Transactional message sent."
@@ -289,6 +296,14 @@ impl OrderPublisher {
     }
 }
 
+/// Whether every token names the same product.
+fn one_product<'a>(mut tokens: impl Iterator<Item = &'a OrderToken>) -> bool {
+    let Some(first) = tokens.next().map(OrderToken::product_id) else {
+        return true;
+    };
+    tokens.all(|token| token.product_id() == first)
+}
+
 fn plain_group_of(producer_group: &str) -> String {
     format!("{producer_group}-plain")
 }
@@ -310,12 +325,12 @@ mod tests {
     }
 
     impl LocalTransaction for Recording {
-        fn execute(&self, order: &OrderPlaced) -> TxDecision {
-            self.executed.lock().unwrap().push(order.clone());
+        fn execute(&self, orders: &[OrderPlaced]) -> TxDecision {
+            self.executed.lock().unwrap().extend_from_slice(orders);
             TxDecision::Commit
         }
-        fn check(&self, order_token: &OrderToken) -> TxDecision {
-            self.checked.lock().unwrap().push(order_token.clone());
+        fn check(&self, order_tokens: &[OrderToken]) -> TxDecision {
+            self.checked.lock().unwrap().extend_from_slice(order_tokens);
             TxDecision::Commit
         }
     }
@@ -380,6 +395,47 @@ mod tests {
             *recording.checked.lock().unwrap(),
             vec![order().order_token]
         );
+    }
+
+    #[test]
+    fn execute_and_check_get_every_order_of_a_message_of_several() {
+        let (recording, adapter) = adapter();
+        let orders: Vec<OrderPlaced> = (1..=3)
+            .map(|n| OrderPlaced::new(OrderToken::new(ProductId(4), n), UserId(n as u64), 1, 1))
+            .collect();
+        let message = orders_message("t", "order", &orders, None).unwrap();
+        assert_eq!(
+            adapter.execute_local_transaction(&message, None),
+            LocalTransactionState::CommitMessage
+        );
+        let received = MessageExt {
+            message,
+            ..MessageExt::default()
+        };
+        assert_eq!(
+            adapter.check_local_transaction(&received),
+            LocalTransactionState::CommitMessage
+        );
+        let tokens: Vec<OrderToken> = orders.iter().map(|o| o.order_token.clone()).collect();
+        assert_eq!(*recording.executed.lock().unwrap(), orders);
+        assert_eq!(*recording.checked.lock().unwrap(), tokens);
+    }
+
+    #[test]
+    fn a_check_back_naming_orders_of_two_products_is_rolled_back_without_asking() {
+        let (recording, adapter) = adapter();
+        let mut received = MessageExt::default();
+        received.set_keys(
+            format!(
+                "{} {}",
+                OrderToken::new(ProductId(4), 1),
+                OrderToken::new(ProductId(5), 1)
+            )
+            .into(),
+        );
+        let state = adapter.check_local_transaction(&received);
+        assert_eq!(state, LocalTransactionState::RollbackMessage);
+        assert!(recording.checked.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -33,6 +33,11 @@ pub struct GatewaySettings {
     pub shutdown_grace_secs: u64,
     /// How long an admin reload waits for the order consumers to empty their backlog.
     pub reload_drain_secs: u64,
+    /// Most orders of one product under one transactional message.
+    pub orders_per_message: usize,
+    /// Most transactional sends under way at once; winners queue behind them and leave
+    /// together.
+    pub sends_in_flight: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -24,11 +24,11 @@ use crate::audit::{Auditor, Policy};
 struct NoHalfMessages;
 
 impl LocalTransaction for NoHalfMessages {
-    fn execute(&self, _: &OrderPlaced) -> TxDecision {
+    fn execute(&self, _: &[OrderPlaced]) -> TxDecision {
         TxDecision::Unknown
     }
 
-    fn check(&self, _: &OrderToken) -> TxDecision {
+    fn check(&self, _: &[OrderToken]) -> TxDecision {
         TxDecision::Unknown
     }
 }

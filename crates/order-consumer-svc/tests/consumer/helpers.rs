@@ -233,10 +233,10 @@ pub async fn stop(service: InProcessService) -> (anyhow::Result<()>, Duration) {
 struct CommitAll;
 
 impl LocalTransaction for CommitAll {
-    fn execute(&self, _order: &OrderPlaced) -> TxDecision {
+    fn execute(&self, _orders: &[OrderPlaced]) -> TxDecision {
         TxDecision::Commit
     }
-    fn check(&self, _order_token: &OrderToken) -> TxDecision {
+    fn check(&self, _order_tokens: &[OrderToken]) -> TxDecision {
         TxDecision::Commit
     }
 }

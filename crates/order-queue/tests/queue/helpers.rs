@@ -55,6 +55,8 @@ pub struct Scripted {
     execute: Mutex<HashMap<OrderToken, TxDecision>>,
     check: Mutex<HashMap<OrderToken, TxDecision>>,
     pub checked_at: Mutex<Vec<(OrderToken, Instant)>>,
+    /// How many orders each executed message carried.
+    pub executed: Mutex<Vec<usize>>,
 }
 
 impl Scripted {
@@ -74,15 +76,19 @@ impl Scripted {
 }
 
 impl LocalTransaction for Scripted {
-    fn execute(&self, order: &OrderPlaced) -> TxDecision {
+    /// The decision scripted for the message's first order (the tests script one per
+    /// message).
+    fn execute(&self, orders: &[OrderPlaced]) -> TxDecision {
+        self.executed.lock().unwrap().push(orders.len());
         let decisions = self.execute.lock().unwrap();
         decisions
-            .get(&order.order_token)
+            .get(&orders[0].order_token)
             .copied()
             .unwrap_or(TxDecision::Rollback)
     }
 
-    fn check(&self, order_token: &OrderToken) -> TxDecision {
+    fn check(&self, order_tokens: &[OrderToken]) -> TxDecision {
+        let order_token = &order_tokens[0];
         self.checked_at
             .lock()
             .unwrap()
@@ -117,6 +123,16 @@ impl Recorder {
             .iter()
             .filter(|(d, _)| d.key.as_deref() == Some(key.as_str()))
             .cloned()
+            .collect()
+    }
+
+    /// Every order delivered so far, from every message (one order or several).
+    pub fn delivered_orders(&self) -> Vec<OrderPlaced> {
+        self.deliveries
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|(d, _)| OrderPlaced::decode_all(&d.body).expect("our messages decode"))
             .collect()
     }
 

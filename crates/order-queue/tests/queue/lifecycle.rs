@@ -52,7 +52,7 @@ async fn shutting_down_the_subscriber_lets_the_batch_in_flight_finish_and_keeps_
     let order = order();
     local.script(&order.order_token, TxDecision::Commit, TxDecision::Commit);
     publisher
-        .send_in_transaction(&order, None)
+        .send_in_transaction(std::slice::from_ref(&order))
         .await
         .expect("half message stored");
 
@@ -118,7 +118,9 @@ async fn a_send_with_no_broker_to_reach_fails_instead_of_reporting_a_decision() 
         let order = order();
         local.script(&order.order_token, TxDecision::Commit, TxDecision::Commit);
         let started = Instant::now();
-        let sent = publisher.send_in_transaction(&order, None).await;
+        let sent = publisher
+            .send_in_transaction(std::slice::from_ref(&order))
+            .await;
         eprintln!(
             "[nobroker] send answered {sent:?} after {:?}",
             started.elapsed()

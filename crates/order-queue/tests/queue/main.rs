@@ -3,6 +3,7 @@
 //! they run in parallel. Waits are bounded; timings go to stderr (`--nocapture` shows them).
 
 mod backlog;
+mod batcher;
 mod helpers;
 mod lifecycle;
 mod publish;

@@ -8,7 +8,7 @@ use crate::helpers::{Stack, TRACEPARENT, order};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_answered_retry_later_is_redelivered_with_reconsume_times_at_least_one() {
     let stack = Stack::start("retry").await;
-    let order = order();
+    let order = order().with_traceparent(Some(TRACEPARENT.into()));
     stack
         .local
         .script(&order.order_token, TxDecision::Commit, TxDecision::Commit);
@@ -17,7 +17,7 @@ async fn a_batch_answered_retry_later_is_redelivered_with_reconsume_times_at_lea
     let sent = Instant::now();
     stack
         .publisher
-        .send_in_transaction(&order, Some(TRACEPARENT))
+        .send_in_transaction(std::slice::from_ref(&order))
         .await
         .expect("half message stored");
 

@@ -21,13 +21,15 @@ async fn ensuring_a_topic_twice_is_harmless_and_it_takes_sends_at_once() {
     let order = order();
     local.script(&order.order_token, TxDecision::Commit, TxDecision::Commit);
     let decision = publisher
-        .send_in_transaction(&order, None)
+        .send_in_transaction(std::slice::from_ref(&order))
         .await
         .expect("half message stored");
     assert_eq!(decision, TxDecision::Commit);
 
     publisher.shutdown().await;
-    let after = publisher.send_in_transaction(&order, None).await;
+    let after = publisher
+        .send_in_transaction(std::slice::from_ref(&order))
+        .await;
     assert!(
         matches!(after, Err(order_queue::MqError::ShutDown)),
         "a send after shutdown answered {after:?}"

@@ -8,7 +8,7 @@ use crate::helpers::{Stack, TRACEPARENT, order};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_committed_transactional_message_is_delivered_once_with_its_key_body_and_traceparent() {
     let stack = Stack::start("commit").await;
-    let order = order();
+    let order = order().with_traceparent(Some(TRACEPARENT.into()));
     stack
         .local
         .script(&order.order_token, TxDecision::Commit, TxDecision::Commit);
@@ -16,7 +16,7 @@ async fn a_committed_transactional_message_is_delivered_once_with_its_key_body_a
     let sent = Instant::now();
     let decision = stack
         .publisher
-        .send_in_transaction(&order, Some(TRACEPARENT))
+        .send_in_transaction(std::slice::from_ref(&order))
         .await
         .expect("half message stored");
     eprintln!("[commit] send_in_transaction took {:?}", sent.elapsed());
@@ -60,13 +60,13 @@ async fn a_rolled_back_transactional_message_is_never_delivered() {
 
     let decision = stack
         .publisher
-        .send_in_transaction(&rolled_back, None)
+        .send_in_transaction(std::slice::from_ref(&rolled_back))
         .await
         .expect("half message stored");
     assert_eq!(decision, TxDecision::Rollback);
     let decision = stack
         .publisher
-        .send_in_transaction(&marker, None)
+        .send_in_transaction(std::slice::from_ref(&marker))
         .await
         .expect("half message stored");
     assert_eq!(decision, TxDecision::Commit);
@@ -89,7 +89,7 @@ async fn a_rolled_back_transactional_message_is_never_delivered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_local_transaction_is_resolved_by_the_check_back_and_delivered() {
     let stack = Stack::start("unknown").await;
-    let order = order();
+    let order = order().with_traceparent(Some(TRACEPARENT.into()));
     stack
         .local
         .script(&order.order_token, TxDecision::Unknown, TxDecision::Commit);
@@ -97,7 +97,7 @@ async fn an_unknown_local_transaction_is_resolved_by_the_check_back_and_delivere
     let sent = Instant::now();
     let decision = stack
         .publisher
-        .send_in_transaction(&order, Some(TRACEPARENT))
+        .send_in_transaction(std::slice::from_ref(&order))
         .await
         .expect("half message stored");
     assert_eq!(decision, TxDecision::Unknown);

@@ -1,0 +1,217 @@
+//! Winners sent together: several orders of one product under one transactional message.
+//!
+//! A transactional send costs the broker about twice a plain one (half message, then on
+//! END_TRANSACTION a read-back, the real message and an op record) and the sender a hop to
+//! the client's blocking pool and back, whatever the message holds. So the gateway does not
+//! send each winner alone: [`OrderBatcher::send`] queues the order, and a single task sends
+//! what is queued — up to `max_orders` of one product per message — whenever one of
+//! `in_flight` sends is free. Nothing waits for a batch to fill: a lone buyer's order leaves
+//! at once, alone; under a crowd the orders that arrive while sends are busy leave together,
+//! so the broker's work follows the number of messages, not of winners.
+//!
+//! Every order of a message shares its outcome: the local transaction confirms all of its
+//! flows or none (`confirm.lua`), a failed send fails them all, and each caller gets that
+//! answer.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use domain::{MAX_ORDERS_PER_MESSAGE, OrderPlaced, ProductId};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tracing::warn;
+
+use crate::{MqError, OrderPublisher, TxDecision};
+
+/// How orders are grouped into messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchTuning {
+    /// Most orders in one message (at most `MAX_ORDERS_PER_MESSAGE`).
+    pub max_orders: usize,
+    /// Most transactional sends under way at once. While all are busy, new winners queue,
+    /// and leave together when one is free.
+    pub in_flight: usize,
+}
+
+/// What one order's send came to: the message's decision, or why it was not sent (shared by
+/// every order of the message).
+pub type BatchedSend = Result<TxDecision, SendFailed>;
+
+/// Why a message was not sent: the half message is **not known to be stored** (see
+/// [`OrderPublisher::send_in_transaction`]). It holds the error's text with its causes; the
+/// batcher logs the error itself once per message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SendFailed(String);
+
+impl From<&MqError> for SendFailed {
+    fn from(error: &MqError) -> Self {
+        let mut text = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        Self(text)
+    }
+}
+
+/// Orders waiting to be sent. Bounded, so a stalled broker pushes back on the purchase path
+/// instead of queueing without end.
+const QUEUE: usize = 4096;
+
+struct Pending {
+    order: OrderPlaced,
+    answer: oneshot::Sender<BatchedSend>,
+}
+
+/// Sends orders through an [`OrderPublisher`], several to a message when they queue up.
+/// Cheap to clone; the sending task ends once every clone is dropped and the queue is empty.
+#[derive(Clone)]
+pub struct OrderBatcher {
+    queue: mpsc::Sender<Pending>,
+}
+
+impl std::fmt::Debug for OrderBatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrderBatcher").finish_non_exhaustive()
+    }
+}
+
+impl OrderBatcher {
+    /// Starts the sending task on the current Tokio runtime.
+    pub fn start(publisher: Arc<OrderPublisher>, tuning: BatchTuning) -> Self {
+        let (queue, orders) = mpsc::channel(QUEUE);
+        let max_orders = tuning.max_orders.clamp(1, MAX_ORDERS_PER_MESSAGE);
+        tokio::spawn(send_loop(
+            publisher,
+            orders,
+            max_orders,
+            Arc::new(Semaphore::new(tuning.in_flight.max(1))),
+        ));
+        Self { queue }
+    }
+
+    /// Sends `order` in a transactional message, alone or with others of its product, and
+    /// returns that message's outcome (see [`OrderPublisher::send_in_transaction`]).
+    pub async fn send(&self, order: OrderPlaced) -> BatchedSend {
+        let (answer, outcome) = oneshot::channel();
+        self.queue
+            .send(Pending { order, answer })
+            .await
+            .map_err(|_| SendFailed::from(&MqError::ShutDown))?;
+        // The sending task answers every order it takes; no answer means it is gone.
+        outcome
+            .await
+            .unwrap_or_else(|_| Err(SendFailed::from(&MqError::ShutDown)))
+    }
+}
+
+async fn send_loop(
+    publisher: Arc<OrderPublisher>,
+    mut orders: mpsc::Receiver<Pending>,
+    max_orders: usize,
+    sends: Arc<Semaphore>,
+) {
+    loop {
+        // A free send first, then whatever has queued meanwhile: that is what batches.
+        let Ok(permit) = sends.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(first) = orders.recv().await else {
+            return;
+        };
+        let mut taken = vec![first];
+        while taken.len() < max_orders {
+            match orders.try_recv() {
+                Ok(pending) => taken.push(pending),
+                Err(_) => break,
+            }
+        }
+        let mut messages = by_product(taken).into_iter();
+        let mut permit = Some(permit);
+        while let Some(message) = messages.next() {
+            let permit = match permit.take() {
+                Some(permit) => permit,
+                None => match sends.clone().acquire_owned().await {
+                    Ok(permit) => permit,
+                    Err(_) => {
+                        fail_all(message.into_iter().chain(messages.flatten()));
+                        return;
+                    }
+                },
+            };
+            let publisher = Arc::clone(&publisher);
+            tokio::spawn(async move {
+                send_one_message(&publisher, message).await;
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// Groups orders by product (a message's local transaction runs in one product's slot),
+/// keeping their order within each product.
+fn by_product(taken: Vec<Pending>) -> Vec<Vec<Pending>> {
+    let mut groups: Vec<Vec<Pending>> = Vec::new();
+    let mut index: HashMap<ProductId, usize> = HashMap::new();
+    for pending in taken {
+        let slot = *index.entry(pending.order.product_id).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[slot].push(pending);
+    }
+    groups
+}
+
+async fn send_one_message(publisher: &OrderPublisher, message: Vec<Pending>) {
+    let (orders, answers): (Vec<OrderPlaced>, Vec<_>) = message
+        .into_iter()
+        .map(|pending| (pending.order, pending.answer))
+        .unzip();
+    let outcome = publisher
+        .send_in_transaction(&orders)
+        .await
+        .map_err(|error| {
+            warn!(orders = orders.len(), error = ?error, "Transactional send failed.");
+            SendFailed::from(&error)
+        });
+    for answer in answers {
+        // A caller that stopped waiting (its request was dropped) leaves its flow to the
+        // check-back or reconcile, as a crash at this point would.
+        let _ = answer.send(outcome.clone());
+    }
+}
+
+fn fail_all(pending: impl Iterator<Item = Pending>) {
+    for pending in pending {
+        let _ = pending
+            .answer
+            .send(Err(SendFailed::from(&MqError::ShutDown)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::{OrderToken, UserId};
+
+    fn pending(product: u64, n: u128) -> Pending {
+        let (answer, _) = oneshot::channel();
+        Pending {
+            order: OrderPlaced::new(OrderToken::new(ProductId(product), n), UserId(1), 1, 1),
+            answer,
+        }
+    }
+
+    #[test]
+    fn orders_are_grouped_by_product_in_arrival_order() {
+        let taken = vec![pending(1, 1), pending(2, 2), pending(1, 3), pending(2, 4)];
+        let groups: Vec<Vec<u128>> = by_product(taken)
+            .iter()
+            .map(|group| group.iter().map(|p| p.order.order_token.nonce()).collect())
+            .collect();
+        assert_eq!(groups, vec![vec![1, 3], vec![2, 4]]);
+    }
+}
