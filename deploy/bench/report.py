@@ -162,6 +162,11 @@ for path in sorted(glob.glob(f"{work}/sends-pool-*.jsonl")):
     if rows:
         pools[rows[0]["producers"]] = rows
 sends_pool = [r for rows in pools.values() for r in rows]
+# Transactional messages of several orders each, as the gateway batches winners.
+sends_batched = [json.loads(l) for l in open(f"{work}/sends-batched.jsonl") if l.strip()]
+batched_orders_med = med([r["orders_per_sec"] for r in sends_batched])
+batched_per_message = sends_batched[0]["orders_per_message"] if sends_batched else None
+batched_in_flight = sends_batched[0]["concurrency"] if sends_batched else None
 drain = loads("drain-{}.json")
 drain_alt = loads("drain-alt-{}.json")
 batched = loads("batched-{}.json")
@@ -213,6 +218,9 @@ w(f"| transactional sends/s (one publisher, best of {'/'.join(map(str, concurren
 for k, pool_med in pool_meds.items():
     w(f"| — a pool of {k} publishers (64 in flight) | {fmt(pool_med)} /s | one publisher: {fmt(tx_best)} /s "
       f"| {fmt(ratio(pool_med, tx_best), 2)} | | |")
+w(f"| — orders/s in transactional messages of {batched_per_message} orders ({batched_in_flight} in flight), "
+  f"as the gateway batches | {fmt(batched_orders_med)} /s | plain sends/s (one order each): {fmt(plain_best)} /s "
+  f"| {fmt(ratio(batched_orders_med, plain_best), 2)} | | |")
 w(f"| consumer orders/s draining {params['drain_orders']:,} queued orders into MariaDB | {fmt(drain_med)} /s "
   f"| Db::write_orders, batches of {params['batch_size']}, {params['consumer_concurrency']} tasks: {fmt(batched_med)} /s "
   f"| {fmt(ratio(drain_med, batched_med), 2)} | ≥ 0.7× | {holds(ratio(drain_med, batched_med) and ratio(drain_med, batched_med) >= 0.7)} |")
@@ -408,7 +416,13 @@ for c in concurrencies:
       f"| {fmt(pq('tx', c, 'half_ms', 'p50'), 1)} / {fmt(pq('tx', c, 'half_ms', 'p99'), 1)} "
       f"| {fmt(pq('tx', c, 'end_ms', 'p50'), 1)} / {fmt(pq('tx', c, 'end_ms', 'p99'), 1)} "
       f"| {fmt(pq('plain', c, 'total_ms', 'p50'), 1)} / {fmt(pq('plain', c, 'total_ms', 'p99'), 1)} |")
-errors = sum(r["errors"] for r in sends + sends_pool)
+c = batched_in_flight
+w(f"| {batched_per_message} orders per message, {c} in flight: orders/s | {fmt(batched_orders_med)} "
+  f"({series([r['orders_per_sec'] for r in sends_batched])}) | | | "
+  f"{fmt(pq('tx', c, 'total_ms', 'p50', sends_batched), 1)} / {fmt(pq('tx', c, 'total_ms', 'p99', sends_batched), 1)} "
+  f"| {fmt(pq('tx', c, 'half_ms', 'p50', sends_batched), 1)} / {fmt(pq('tx', c, 'half_ms', 'p99', sends_batched), 1)} "
+  f"| {fmt(pq('tx', c, 'end_ms', 'p50', sends_batched), 1)} / {fmt(pq('tx', c, 'end_ms', 'p99', sends_batched), 1)} | |")
+errors = sum(r["errors"] for r in sends + sends_pool + sends_batched)
 for k, rows in pools.items():
     c = rows[0]["concurrency"]
     w(f"| pool of {k} publishers, {c} in flight | {fmt(pool_meds[k])} ({series([r['sends_per_sec'] for r in rows])}) | | | "
@@ -426,6 +440,8 @@ for mode in ("tx", "plain"):
     cpu_table(f"{mode}, {top} in flight", rows, [r["sends_per_sec"] for r in rows], "send")
 for k, rows in pools.items():
     cpu_table(f"tx, pool of {k}", rows, [r["sends_per_sec"] for r in rows], "send")
+cpu_table(f"tx, {batched_per_message} orders per message", sends_batched,
+          [r["orders_per_sec"] for r in sends_batched], "order")
 
 w(f"## 5. The consumer: draining {params['drain_orders']:,} queued orders into MariaDB")
 w("")

@@ -11,8 +11,8 @@
 #   4. p99 purchase latency, open loop at half the measured purchase rate;
 #   5. units/s of a 10,000-unit sale, first request to the last order in MySQL;
 #   6. the gateway's RSS with 1,000 keep-alive connections open (fresh, and after the load);
-#   7. transactional against plain sends of one OrderPublisher, at 8/32/64 in flight, and a
-#      pool of publishers;
+#   7. transactional against plain sends of one OrderPublisher, at 8/32/64 in flight, a
+#      pool of publishers, and transactional messages of 16 orders (the gateway's batching);
 #   8. order-consumer-svc draining DRAIN_ORDERS queued orders into MySQL, against
 #      Db::write_orders in batches of consumer.batch_size from consumer.concurrency tasks,
 #      and against one transaction per order;
@@ -342,6 +342,10 @@ for producers in 2 4; do
     --rounds "$rounds" --concurrency 64 --modes tx --producers "$producers" \
     --group "seckill-bench-pool-${producers}-${stamp}" >"${work}/sends-pool-${producers}.jsonl"
 done
+log "transactional sends of 16 orders each (8 in flight), as the gateway batches winners"
+SECKILL_CONFIG_DIR="${repo}/config" RUST_LOG=warn "$bench" sends "${broker_watch[@]}" \
+  --rounds "$rounds" --concurrency 8 --modes tx --orders-per-message 16 \
+  --group "seckill-bench-batched-${stamp}" >"${work}/sends-batched.jsonl"
 
 # ---------------------------------------------------------------- the consumer: drain
 drain_env() { # drain_env ROUND: the consumer's and the tools' settings for one drain

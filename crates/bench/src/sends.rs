@@ -4,6 +4,9 @@
 //! sends run a local transaction that commits at once, so what is measured is the client
 //! and the broker, not Redis.
 //!
+//! With `--orders-per-message N` each transactional send carries N orders of one product, as
+//! the gateway's batcher sends winners that queued together; `orders_per_sec` counts them.
+//!
 //! Each transactional send is also cut in two where the client calls the local transaction:
 //! `half_ms` is from the call to the local transaction starting (the half message's round
 //! trip to the broker, then the hand-off to the client's blocking pool), `end_ms` from there
@@ -48,6 +51,9 @@ pub struct SendsArgs {
     /// Publishers in the pool; sends go round-robin over them.
     #[arg(long, default_value_t = 1)]
     producers: usize,
+    /// Orders in each transactional message (plain sends always carry one).
+    #[arg(long, default_value_t = 1)]
+    orders_per_message: usize,
     /// Product id in the messages' order tokens (nothing consumes the topic).
     #[arg(long, default_value_t = 900_000_100)]
     product: u64,
@@ -64,14 +70,18 @@ struct CommitAtOnce {
 }
 
 impl LocalTransaction for CommitAtOnce {
-    fn execute(&self, order: &OrderPlaced) -> TxDecision {
-        self.called
+    fn execute(&self, orders: &[OrderPlaced]) -> TxDecision {
+        let now = Instant::now();
+        let mut called = self
+            .called
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(order.order_token.clone(), Instant::now());
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for order in orders {
+            called.insert(order.order_token.clone(), now);
+        }
         TxDecision::Commit
     }
-    fn check(&self, _order_token: &OrderToken) -> TxDecision {
+    fn check(&self, _order_tokens: &[OrderToken]) -> TxDecision {
         TxDecision::Commit
     }
 }
@@ -105,6 +115,8 @@ pub async fn run(settings: &Settings, args: &SendsArgs) -> anyhow::Result<()> {
                         "errors": result.errors,
                         "seconds": args.seconds,
                         "sends_per_sec": result.sends as f64 / args.seconds,
+                        "orders_per_message": orders_per_message(args, tx),
+                        "orders_per_sec": (result.sends * orders_per_message(args, tx) as u64) as f64 / args.seconds,
                         "total_ms": percentiles(result.total_ms),
                         "half_ms": percentiles(result.half_ms),
                         "end_ms": percentiles(result.end_ms),
@@ -175,30 +187,46 @@ async fn window(
         let publisher = pool.publishers[worker % pool.publishers.len()].clone();
         let (local, nonce) = (pool.local.clone(), nonce.clone());
         let product = ProductId(args.product);
+        let per_message = orders_per_message(args, tx);
         workers.spawn(async move {
             let mut mine = Window::default();
             loop {
-                let n = nonce.fetch_add(1, Ordering::Relaxed);
-                let order =
-                    OrderPlaced::new(OrderToken::new(product, u128::from(n)), UserId(n + 1), 1, 0);
+                let first = nonce.fetch_add(per_message as u64, Ordering::Relaxed);
+                let orders: Vec<OrderPlaced> = (first..first + per_message as u64)
+                    .map(|n| {
+                        OrderPlaced::new(
+                            OrderToken::new(product, u128::from(n)),
+                            UserId(n + 1),
+                            1,
+                            0,
+                        )
+                    })
+                    .collect();
+                let order = &orders[0];
                 let sent = Instant::now();
                 if sent >= closes {
                     return mine;
                 }
                 let ok = if tx {
                     matches!(
-                        publisher.send_in_transaction(&order, None).await,
+                        publisher.send_in_transaction(&orders).await,
                         Ok(TxDecision::Commit)
                     )
                 } else {
-                    publisher.publish(&order, None).await.is_ok()
+                    publisher.publish(order, None).await.is_ok()
                 };
                 let done = Instant::now();
-                let called = local
-                    .called
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .remove(&order.order_token);
+                let called = {
+                    let mut called = local
+                        .called
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    let first = called.remove(&order.order_token);
+                    for other in &orders[1..] {
+                        called.remove(&other.order_token);
+                    }
+                    first
+                };
                 if done < opens || done >= closes {
                     continue;
                 }
@@ -230,6 +258,14 @@ async fn window(
         all.end_ms.extend(mine.end_ms);
     }
     (all, cpu)
+}
+
+fn orders_per_message(args: &SendsArgs, tx: bool) -> usize {
+    if tx {
+        args.orders_per_message.max(1)
+    } else {
+        1
+    }
 }
 
 fn ms(duration: Duration) -> f64 {
