@@ -2,20 +2,31 @@
 //! borrows one connection from for the length of one call (one transaction at most).
 
 use std::fmt;
-use std::time::Duration;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
 
+use diesel::IntoSql;
+use diesel::connection::{Instrumentation, InstrumentationEvent, get_default_instrumentation};
+use diesel::result::{ConnectionResult, DatabaseErrorKind, Error as DieselError, QueryResult};
 use diesel::sql_types::Integer;
-use diesel_async::AsyncMysqlConnection;
-use diesel_async::RunQueryDsl;
-use diesel_async::pooled_connection::AsyncDieselConnectionManager;
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
+use diesel_async::pooled_connection::{
+    AsyncDieselConnectionManager, ManagerConfig, RecyclingMethod,
+};
+use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
 
-use crate::error::{Result, StoreError};
+use crate::error::{Result, StoreError, breaks_connection};
 
 /// How long a caller waits for a free connection (or a new one to be made) before the
 /// call fails as retryable. deadpool itself would wait for ever without a runtime-bound
 /// timeout; a consumer stuck there holds its messages hostage.
 const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A pooled connection that last heard from the server longer ago than this is checked
+/// with a test query (`SELECT 1`) before it is handed out; one used more recently is
+/// handed out as it is. See [`recycle`].
+const VERIFY_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 pub(crate) type Conn = Object<AsyncMysqlConnection>;
 
@@ -50,7 +61,18 @@ impl Db {
                 "the pool size must be at least 1".into(),
             ));
         }
-        let manager = AsyncDieselConnectionManager::<AsyncMysqlConnection>::new(url);
+        // Not diesel-async's default recycling (`Verified`: a `SELECT 1` round trip on every
+        // checkout, i.e. one more per consumer batch) nor plain `Fast` (no check at all,
+        // so a connection that died — MariaDB restarted, the session killed — would go on
+        // failing every call it is lent to: diesel-async drops a connection only when its
+        // transaction state is broken, not when a plain query failed). `recycle` below
+        // keeps Fast's zero round trips for a connection in steady use and drops one whose
+        // last statement lost the connection.
+        let mut config = ManagerConfig::default();
+        config.custom_setup = Box::new(establish);
+        config.recycling_method = RecyclingMethod::CustomFunction(Box::new(recycle));
+        let manager =
+            AsyncDieselConnectionManager::<AsyncMysqlConnection>::new_with_config(url, config);
         let pool = Pool::builder(manager)
             .max_size(pool_size)
             .build()
@@ -70,10 +92,7 @@ impl Db {
     /// One round trip: the database answers (readiness probes).
     pub async fn ping(&self) -> Result<()> {
         let mut conn = self.conn().await?;
-        diesel::select(diesel::dsl::sql::<Integer>("1"))
-            .get_result::<i32>(&mut conn)
-            .await?;
-        Ok(())
+        Ok(select_one(&mut conn).await?)
     }
 
     /// Closes the pool: idle connections are dropped now, busy ones when they come back,
@@ -88,6 +107,87 @@ impl Db {
             Err(_) => Err(StoreError::PoolTimeout(self.acquire_timeout)),
         }
     }
+}
+
+type BoxedFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What the pool knows of one connection, kept as the connection's diesel instrumentation
+/// (the one hook that sees the outcome of every statement, whichever repository ran it).
+struct ConnWatch {
+    /// A statement failed in a way that leaves the connection unusable
+    /// ([`breaks_connection`]): the pool must drop it.
+    broken: bool,
+    /// When the server last answered on it (success or a statement-level error).
+    last_answer: Instant,
+    /// The process-wide default instrumentation, if one was set, still called.
+    inner: Option<Box<dyn Instrumentation>>,
+}
+
+impl Instrumentation for ConnWatch {
+    fn on_connection_event(&mut self, event: InstrumentationEvent<'_>) {
+        if let InstrumentationEvent::FinishQuery { error, .. } = &event {
+            match error {
+                Some(e) if breaks_connection(e) => self.broken = true,
+                _ => self.last_answer = Instant::now(),
+            }
+        }
+        if let Some(inner) = &mut self.inner {
+            inner.on_connection_event(event);
+        }
+    }
+}
+
+/// The pool's way to make a connection: diesel-async's own, plus its [`ConnWatch`].
+fn establish(url: &str) -> BoxedFuture<'_, ConnectionResult<AsyncMysqlConnection>> {
+    Box::pin(async move {
+        let mut conn = AsyncMysqlConnection::establish(url).await?;
+        conn.set_instrumentation(ConnWatch {
+            broken: false,
+            last_answer: Instant::now(),
+            inner: get_default_instrumentation(),
+        });
+        Ok(conn)
+    })
+}
+
+/// Run by the pool on every checkout of an idle connection, after diesel-async's own check
+/// (a connection with an open or broken transaction is dropped). An error drops the
+/// connection and the pool tries the next one (or makes a new one); the caller never sees
+/// it.
+///
+/// - The connection's last statement lost it (I/O error, closed, killed): dropped without
+///   a round trip. A failure inside a transaction already broke its transaction state;
+///   this covers the statements outside one (a stock read, a ping, a reconcile page).
+/// - It has been idle for [`VERIFY_AFTER_IDLE`] or more: `SELECT 1`, as `Verified` would.
+///   An idle connection is the one a restart, a `wait_timeout` or a proxy can have closed
+///   without anyone noticing yet.
+/// - Otherwise it answered a moment ago: handed out at once (`Fast`).
+fn recycle(conn: &mut AsyncMysqlConnection) -> BoxedFuture<'_, QueryResult<()>> {
+    Box::pin(async move {
+        let verdict = conn
+            .instrumentation()
+            .downcast_ref::<ConnWatch>()
+            .map(|watch| (watch.broken, watch.last_answer.elapsed()));
+        match verdict {
+            Some((true, _)) => Err(DieselError::DatabaseError(
+                DatabaseErrorKind::ClosedConnection,
+                Box::new("a statement lost this connection".to_owned()),
+            )),
+            Some((false, idle)) if idle < VERIFY_AFTER_IDLE => Ok(()),
+            // Idle, or (never, since `establish` sets it) no watch: verify.
+            _ => select_one(conn).await,
+        }
+    })
+}
+
+/// `SELECT ?` with 1 bound: unlike `SELECT 1` from a SQL literal (which diesel never caches,
+/// so each run would prepare, execute and close a statement), a cached prepared statement
+/// — one round trip.
+async fn select_one(conn: &mut AsyncMysqlConnection) -> QueryResult<()> {
+    diesel::select(1_i32.into_sql::<Integer>())
+        .get_result::<i32>(conn)
+        .await
+        .map(|_| ())
 }
 
 /// Splits `mysql://…/database?options` into the URL of the server alone (same options)

@@ -134,6 +134,37 @@ pub(crate) fn diesel_error_is_retryable(e: &DieselError) -> bool {
     }
 }
 
+/// How mysql_async's own (client-side) failures read once diesel-async has turned them into
+/// a `DatabaseError(Unknown, …)`: `Error::Io`, `Error::Driver` and `Error::Other` keep their
+/// `Display` prefix, while a server's error keeps only its message. After any of them the
+/// connection's protocol state is unknown (socket gone, packet out of order, …).
+const CLIENT_SIDE_PREFIXES: &[&str] = &["input/output error", "driver error", "other error"];
+
+/// Server errors after which the server has ended (or is ending) the session itself.
+const SESSION_ENDED_MESSAGES: &[&str] = &[
+    "server shutdown in progress",        // 1053
+    "connection was killed",              // MariaDB 1927
+    "server has gone away",               // 2006
+    "lost connection to",                 // 2013
+    "disconnected by the server because", // MySQL 4031, idle session closed
+];
+
+/// True when the connection a statement failed on must not be used again: the pool drops
+/// it instead of handing it out (see `db::ConnWatch`). Statement-level refusals — a
+/// duplicate key, a deadlock, a lock-wait timeout, a value out of range — leave the
+/// connection as good as before and return false.
+pub(crate) fn breaks_connection(e: &DieselError) -> bool {
+    match e {
+        DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => true,
+        DieselError::DatabaseError(DatabaseErrorKind::Unknown, info) => {
+            let message = info.message().to_ascii_lowercase();
+            CLIENT_SIDE_PREFIXES.iter().any(|p| message.starts_with(p))
+                || SESSION_ENDED_MESSAGES.iter().any(|m| message.contains(m))
+        }
+        _ => false,
+    }
+}
+
 /// A deadlock or a unique-key collision with a concurrent writer: worth re-running the
 /// whole transaction at once, because the next attempt will see what the other committed.
 pub(crate) fn is_write_race(e: &DieselError) -> bool {
@@ -199,6 +230,38 @@ mod tests {
         assert!(
             !StoreError::Connect(ConnectionError::InvalidConnectionUrl("x".into())).is_retryable()
         );
+    }
+
+    #[test]
+    fn client_side_failures_and_ended_sessions_break_the_connection_statement_errors_do_not() {
+        let unknown = |m: &str| {
+            DieselError::DatabaseError(DatabaseErrorKind::Unknown, Box::new(m.to_owned()))
+        };
+        for message in [
+            "Input/output error: broken pipe",
+            "Driver error: `Connection to the server is closed.'",
+            "Driver error: `Packet out of order.'",
+            "Connection was killed",
+            "Server shutdown in progress",
+        ] {
+            assert!(breaks_connection(&unknown(message)), "{message}");
+        }
+        assert!(breaks_connection(&DieselError::DatabaseError(
+            DatabaseErrorKind::ClosedConnection,
+            Box::new("closed".to_owned())
+        )));
+        for message in [
+            "Deadlock found when trying to get lock; try restarting transaction",
+            "Lock wait timeout exceeded; try restarting transaction",
+            "Data too long for column 'name' at row 1",
+        ] {
+            assert!(!breaks_connection(&unknown(message)), "{message}");
+        }
+        assert!(!breaks_connection(&DieselError::DatabaseError(
+            DatabaseErrorKind::UniqueViolation,
+            Box::new("Duplicate entry".to_owned())
+        )));
+        assert!(!breaks_connection(&DieselError::NotFound));
     }
 
     #[test]

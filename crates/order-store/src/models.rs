@@ -91,13 +91,18 @@ pub struct OrderRow {
 }
 
 /// What [`crate::Db::write_orders`] did with a batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WriteSummary {
     /// Orders written (and their stock deducted) by this call.
     pub inserted: usize,
     /// Messages that named an order already written, by an earlier delivery or earlier in
     /// the same batch: nothing was done for them.
     pub duplicates: usize,
+    /// `product_stock.stock` of every product this call took stock from, in product id
+    /// order, as this batch's transaction left it (read under the row lock its
+    /// conditional update took, so no other writer's change is mixed in). Empty when
+    /// nothing was inserted: a product none of whose orders were new is not read.
+    pub stock_left: Vec<(ProductId, i64)>,
 }
 
 /// What MySQL holds for one order token, for reconcile.

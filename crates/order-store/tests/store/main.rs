@@ -6,5 +6,6 @@ mod helpers;
 mod lease;
 mod migrations;
 mod orders;
+mod pool;
 mod products;
 mod reconcile;

@@ -2,7 +2,7 @@ use domain::{OrderPlaced, ProductId};
 use order_store::{StoreError, WriteSummary};
 use test_support::mysql::TestDb;
 
-use crate::helpers::{RESERVED_AT_MS, count, order, put_product};
+use crate::helpers::{RESERVED_AT_MS, count, exec, order, put_product};
 
 #[tokio::test]
 async fn write_orders_inserts_the_orders_deducts_stock_and_writes_stock_flow() {
@@ -18,7 +18,8 @@ async fn write_orders_inserts_the_orders_deducts_stock_and_writes_stock_flow() {
         summary,
         WriteSummary {
             inserted: 3,
-            duplicates: 0
+            duplicates: 0,
+            stock_left: vec![(ProductId(1), 7), (ProductId(2), 4)],
         }
     );
     assert_eq!(db.stock(ProductId(1)).await.unwrap(), Some(7));
@@ -55,14 +56,18 @@ async fn a_redelivered_batch_creates_nothing_twice() {
 
     let summary = db.write_orders(&batch).await.unwrap();
     assert_eq!((summary.inserted, summary.duplicates), (2, 1));
+    assert_eq!(summary.stock_left, [(ProductId(1), 7)]);
 
     let redelivered = db.write_orders(&batch).await.unwrap();
     assert_eq!((redelivered.inserted, redelivered.duplicates), (0, 3));
+    // Nothing was taken, so nothing was read.
+    assert!(redelivered.stock_left.is_empty());
 
     // A batch mixing old and new orders writes only the new one.
     let third = order(1, 102, 1);
     let mixed = db.write_orders(&[second, third]).await.unwrap();
     assert_eq!((mixed.inserted, mixed.duplicates), (1, 1));
+    assert_eq!(mixed.stock_left, [(ProductId(1), 6)]);
 
     assert_eq!(count(&test_db, "orders").await, 3);
     assert_eq!(count(&test_db, "stock_flow").await, 3);
@@ -86,11 +91,28 @@ async fn two_concurrent_overlapping_batches_write_each_order_once_and_deduct_onc
         let mut right = orders[10..].to_vec();
         right.reverse();
 
+        let stock_before = db.stock(ProductId(1)).await.unwrap().unwrap();
         let (a, b) = tokio::join!(db.write_orders(&left), db.write_orders(&right));
         let (a, b) = (a.unwrap(), b.unwrap());
 
         assert_eq!(a.inserted + b.inserted, 30, "round {round}: {a:?} {b:?}");
         assert_eq!(a.duplicates + b.duplicates, 10, "round {round}");
+        // Each saw the stock its own transaction left: the later of the two the final one,
+        // the earlier what was left between them.
+        let units =
+            |orders: &[OrderPlaced]| -> i64 { orders.iter().map(|o| i64::from(o.quantity)).sum() };
+        let stock_after = stock_before - units(&orders);
+        let lefts: Vec<i64> = [&a, &b]
+            .iter()
+            .flat_map(|s| s.stock_left.iter().map(|&(_, left)| left))
+            .collect();
+        assert!(lefts.contains(&stock_after), "round {round}: {a:?} {b:?}");
+        assert!(
+            lefts
+                .iter()
+                .all(|&l| (stock_after..stock_before).contains(&l)),
+            "round {round}: {a:?} {b:?}"
+        );
     }
 
     assert_eq!(count(&test_db, "orders").await, 150);
@@ -176,4 +198,34 @@ async fn a_rejected_message_is_kept_with_its_body_cut_to_size() {
         .await
         .unwrap();
     assert_eq!((body.len(), len), (1024, 3000));
+}
+
+#[tokio::test]
+async fn an_order_whose_stock_flow_row_exists_already_fails_the_batch_retryably() {
+    // Not something the services produce; it makes the second of the two INSERTs (the
+    // one round trip that carries both) fail after the first one ran.
+    let test_db = TestDb::create().await;
+    let db = test_db.db();
+    put_product(db, 1, 10).await;
+    let batch = vec![order(1, 100, 1), order(1, 101, 2)];
+    exec(
+        &test_db,
+        &format!(
+            "INSERT INTO stock_flow (order_token, product_id, quantity, op_type) \
+             VALUES ('{}', 1, 2, 'SECKILL')",
+            batch[1].order_token
+        ),
+    )
+    .await;
+
+    let error = db.write_orders(&batch).await.unwrap_err();
+
+    assert!(matches!(error, StoreError::Conflict { .. }), "{error:?}");
+    assert!(error.is_retryable());
+    assert_eq!(count(&test_db, "orders").await, 0);
+    assert_eq!(count(&test_db, "stock_flow").await, 1);
+    assert_eq!(db.stock(ProductId(1)).await.unwrap(), Some(10));
+    // The pool's connections are still fine for the next batch.
+    let summary = db.write_orders(&batch[..1]).await.unwrap();
+    assert_eq!(summary.stock_left, [(ProductId(1), 9)]);
 }
