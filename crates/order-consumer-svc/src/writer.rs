@@ -11,10 +11,9 @@
 //! open while its batch is written and linked to the batch, so every purchase's trace
 //! shows the consumer, whichever batch carried it.
 
-use std::collections::BTreeSet;
 use std::time::Instant;
 
-use domain::{OrderPlaced, ProductId};
+use domain::OrderPlaced;
 use order_queue::{BatchHandler, BatchVerdict, Delivery};
 use order_store::{Db, StoreError, WriteSummary};
 use platform::telemetry::{self, short_token};
@@ -166,25 +165,12 @@ impl OrderWriter {
             duplicates = summary.duplicates,
             "Order batch written."
         );
-        self.refresh_stock(&orders).await;
-        BatchVerdict::Done
-    }
-
-    /// `seckill_stock_left{store="mysql"}` for the products of this batch: one primary-key
-    /// read each, after the transaction — small beside the batch's inserts — so the
-    /// dashboard's MySQL line follows the sale to its end.
-    async fn refresh_stock(&self, orders: &[OrderPlaced]) {
-        let products: BTreeSet<ProductId> =
-            orders.iter().map(|o| o.order_token.product_id()).collect();
-        for product in products {
-            match self.db.stock(product).await {
-                Ok(Some(units)) => platform::ops::record_stock(product.get(), "mysql", units),
-                Ok(None) => {}
-                Err(error) => {
-                    tracing::debug!(product_id = %product, error = ?error, "Cannot read MySQL stock for the gauge.");
-                }
-            }
+        // `seckill_stock_left{store="mysql"}`: what the batch's own transaction left, so the
+        // dashboard's MySQL line follows the sale to its end at no extra query.
+        for (product, units) in &summary.stock_left {
+            platform::ops::record_stock(product.get(), "mysql", *units);
         }
+        BatchVerdict::Done
     }
 
     /// Records a message that can never be written; false when even that failed (the
@@ -222,6 +208,7 @@ impl OrderWriter {
                 Ok(one) => {
                     summary.inserted += one.inserted;
                     summary.duplicates += one.duplicates;
+                    summary.stock_left.extend(one.stock_left);
                     written.push(order);
                 }
                 Err(StoreError::InvalidData(reason)) => {

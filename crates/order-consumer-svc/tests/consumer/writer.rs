@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use domain::ProductId;
-use order_queue::BatchVerdict;
+use domain::{OrderPlaced, ProductId};
+use order_queue::{BatchVerdict, Delivery};
 use order_store::Db;
 use stock_cache::StockCache;
 
@@ -28,6 +28,41 @@ async fn a_batch_of_valid_orders_is_written_deducted_and_marked_confirmed() {
         assert_eq!(row.user_id, order.user_id);
         assert_eq!(row.quantity, 1);
         assert_eq!(row.status, "confirmed");
+        assert!(
+            t.confirmed(&order.order_token).await,
+            "{}",
+            order.order_token
+        );
+    }
+    assert!(t.rejected().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_order_of_a_message_carrying_several_is_written_once_even_when_redelivered() {
+    let t = TestWriter::new().await;
+    t.put_product(1, 10).await;
+    let several = orders(1, 5);
+    let message = Delivery {
+        key: Some(
+            several
+                .iter()
+                .map(|o| o.order_token.to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        body: OrderPlaced::encode_all(&several),
+        ..delivery(&several[0])
+    };
+    let alone = orders(1, 1);
+    let batch = [message.clone(), delivery(&alone[0])];
+
+    assert_eq!(t.handle(&batch).await, BatchVerdict::Done);
+    assert_eq!(t.handle(&[message]).await, BatchVerdict::Done);
+
+    assert_eq!(t.order_count(1).await, 6);
+    assert_eq!(t.stock_flow_rows(1).await, 6);
+    assert_eq!(t.mysql_stock(1).await, 4);
+    for order in several.iter().chain(&alone) {
         assert!(
             t.confirmed(&order.order_token).await,
             "{}",
