@@ -35,10 +35,9 @@ stock="${STOCK:-1000}"
 flows="${FLOWS:-1000000}"
 drain_orders="${DRAIN_ORDERS:-100000}"
 single_orders="${SINGLE_ORDERS:-5000}"
-# A second consumer configuration drained alongside the configured one: what larger
-# batches and one batch per queue would change.
-alt_batch="${ALT_BATCH:-256}"
-alt_concurrency="${ALT_CONCURRENCY:-8}"
+# A second drain alongside the first: the same orders queued the way the gateway sends a
+# crowd's winners, several to a transactional message.
+gateway_per_message="${GATEWAY_PER_MESSAGE:-16}"
 purchase_buyers="${PURCHASE_BUYERS:-8000}"
 lua_requests="${LUA_REQUESTS:-300000}"
 wrk_secs="${WRK_SECS:-10}"
@@ -369,7 +368,7 @@ drain_round() {
     drain_env "$name"
     "$bench" prepare-product --product "$product" --stock 100000000 --fresh
     "$bench" publish-orders --product "$product" --orders "$drain_orders" \
-      >"${work}/${name}-publish.json"
+      --orders-per-message "${PER_MESSAGE:-1}" >"${work}/${name}-publish.json"
     "$bench" drain "${db_watch[@]}" --consumer "${bin_dir}/order-consumer-svc" --product "$product" \
       --orders "$drain_orders" --pid-file "$pid_file" --log "${work}/${name}.log" \
       >"${work}/${name}.json" &
@@ -386,9 +385,8 @@ drain_round() {
 for round in $(seq 1 "$rounds"); do
   log "drain round ${round}/${rounds}: order-consumer-svc, ${drain_orders} queued orders"
   drain_round "drain-${round}" "$round"
-  log "drain round ${round}/${rounds}: order-consumer-svc with batch ${alt_batch}, ${alt_concurrency} at once"
-  SECKILL_CONSUMER__BATCH_SIZE="$alt_batch" SECKILL_CONSUMER__CONCURRENCY="$alt_concurrency" \
-    drain_round "drain-alt-${round}" "$((round + 3))"
+  log "drain round ${round}/${rounds}: order-consumer-svc, the orders queued ${gateway_per_message} to a message"
+  PER_MESSAGE="$gateway_per_message" drain_round "drain-alt-${round}" "$((round + 3))"
   log "drain round ${round}/${rounds}: Db::write_orders, batches of ${batch_size}, ${consumer_concurrency} tasks"
   (
     drain_env "batched-${round}"
@@ -420,7 +418,7 @@ cat >"${work}/params.json" <<JSON
  "purchase_buyers": ${purchase_buyers}, "lua_requests": ${lua_requests},
  "wrk_secs": ${wrk_secs}, "wrk_conns": ${wrk_conns}, "half_rate": ${half_rate},
  "batch_size": ${batch_size}, "consumer_concurrency": ${consumer_concurrency},
- "alt_batch": ${alt_batch}, "alt_concurrency": ${alt_concurrency},
+ "gateway_per_message": ${gateway_per_message},
  "svg_dir": "$(realpath --relative-to="$(dirname "$out")" "$svg_dir")"}
 JSON
 python3 "${here}/report.py" "$work" "$out"

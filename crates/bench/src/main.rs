@@ -99,6 +99,10 @@ enum Command {
         orders: u64,
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
+        /// Orders per message; above 1 they go as transactional messages, as the gateway
+        /// sends winners that queued together.
+        #[arg(long, default_value_t = 1)]
+        orders_per_message: u64,
     },
     /// Writes `--orders` orders with Db::write_orders from `--tasks` tasks: batches of
     /// `--batch` (the consumer's batch size), or one transaction per order (`--batch 1`).
@@ -218,9 +222,17 @@ async fn main() -> anyhow::Result<ExitCode> {
             product,
             orders: count,
             concurrency,
+            orders_per_message,
         } => {
             let settings = Settings::load().context("settings")?;
-            orders::publish(&settings, ProductId(product), count, concurrency).await
+            orders::publish(
+                &settings,
+                ProductId(product),
+                count,
+                concurrency,
+                orders_per_message,
+            )
+            .await
         }
         Command::WriteOrders {
             product,

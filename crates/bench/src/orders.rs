@@ -84,30 +84,35 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// Never asked: the backlog is published plainly.
-struct NoTransactions;
+/// Commits at once, as the gateway's confirm.lua does for flows it holds: messages of
+/// several orders are queued the gateway's way, as transactional messages.
+struct CommitAll;
 
-impl LocalTransaction for NoTransactions {
+impl LocalTransaction for CommitAll {
     fn execute(&self, _orders: &[OrderPlaced]) -> TxDecision {
-        TxDecision::Rollback
+        TxDecision::Commit
     }
     fn check(&self, _order_tokens: &[OrderToken]) -> TxDecision {
-        TxDecision::Rollback
+        TxDecision::Commit
     }
 }
 
+/// Queues `count` orders: plain messages of one order each, or with `per_message` > 1
+/// transactional messages of that many (what the gateway sends under a crowd).
 pub async fn publish(
     settings: &Settings,
     product: ProductId,
     count: u64,
     concurrency: usize,
+    per_message: u64,
 ) -> anyhow::Result<()> {
+    let per_message = per_message.max(1);
     let runtime = MqRuntime::new("bench-publish", 16)?;
     order_queue::ensure_topic(&runtime, &settings.rocketmq)
         .await
         .context("cannot create the topic")?;
     let publisher =
-        OrderPublisher::start(&runtime, &settings.rocketmq, Arc::new(NoTransactions)).await?;
+        OrderPublisher::start(&runtime, &settings.rocketmq, Arc::new(CommitAll)).await?;
     let started = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
     let reserved_at = now_ms();
@@ -116,13 +121,15 @@ pub async fn publish(
         let (publisher, next) = (publisher.clone(), next.clone());
         workers.spawn(async move {
             loop {
-                let n = next.fetch_add(1, Ordering::Relaxed);
-                if n >= count {
+                let first = next.fetch_add(per_message, Ordering::Relaxed);
+                if first >= count {
                     return anyhow::Ok(());
                 }
-                let order = order(product, n, reserved_at);
+                let orders: Vec<OrderPlaced> = (first..count.min(first + per_message))
+                    .map(|n| order(product, n, reserved_at))
+                    .collect();
                 let mut tries = 0;
-                while let Err(error) = publisher.publish(&order, None).await {
+                while let Err(error) = send(&publisher, &orders).await {
                     tries += 1;
                     if tries >= 5 {
                         return Err(error).context("publish failed 5 times");
@@ -140,9 +147,24 @@ pub async fn publish(
     runtime.shutdown().await;
     println!(
         "{}",
-        json!({"published": count, "seconds": seconds, "sends_per_sec": count as f64 / seconds})
+        json!({
+            "published": count,
+            "orders_per_message": per_message,
+            "seconds": seconds,
+            "sends_per_sec": count.div_ceil(per_message) as f64 / seconds,
+        })
     );
     Ok(())
+}
+
+async fn send(publisher: &OrderPublisher, orders: &[OrderPlaced]) -> anyhow::Result<()> {
+    if let [order] = orders {
+        return Ok(publisher.publish(order, None).await?);
+    }
+    match publisher.send_in_transaction(orders).await? {
+        TxDecision::Commit => Ok(()),
+        other => anyhow::bail!("the local transaction answered {other:?}"),
+    }
 }
 
 pub async fn write(
