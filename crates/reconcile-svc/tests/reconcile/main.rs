@@ -2,6 +2,7 @@
 //! inconsistency for real, runs the audit, checks the report and the repaired state, and
 //! runs it again to see that nothing is repaired twice.
 
+mod cli;
 mod dead_letters;
 mod helpers;
 mod operator;
