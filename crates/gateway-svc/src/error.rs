@@ -6,8 +6,10 @@
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
+use actix_web::mime;
+use actix_web::web::Bytes;
 use actix_web::{HttpResponse, ResponseError};
-use serde_json::json;
+use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -175,7 +177,55 @@ impl ResponseError for ApiError {
             }
             _ => {}
         }
-        response.json(json!({"error": {"code": self.code(), "message": self.to_string()}}))
+        match self.fixed_body() {
+            // The crowd's refusals (409 after sell-out, above all): the same bytes every time.
+            Some(body) => response
+                .content_type(mime::APPLICATION_JSON)
+                .body(Bytes::from_static(body.as_bytes())),
+            None => response.json(self.body()),
+        }
+    }
+}
+
+/// `{"error": {"code", "message"}}`, serialised from a struct (`json!` built a map of
+/// owned keys and values first).
+#[derive(Serialize)]
+struct Body {
+    error: Fields,
+}
+
+#[derive(Serialize)]
+struct Fields {
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn body(&self) -> Body {
+        Body {
+            error: Fields {
+                code: self.code(),
+                message: self.to_string(),
+            },
+        }
+    }
+
+    /// The body of the errors whose message never changes, written out; a test holds each
+    /// to what [`ApiError::body`] would serialise.
+    fn fixed_body(&self) -> Option<&'static str> {
+        Some(match self {
+            Self::SaleNotOpen => {
+                r#"{"error":{"code":"SALE_NOT_OPEN","message":"the sale is not open"}}"#
+            }
+            Self::Duplicate => {
+                r#"{"error":{"code":"DUPLICATE","message":"this token was already used"}}"#
+            }
+            Self::LimitExceeded => {
+                r#"{"error":{"code":"LIMIT_EXCEEDED","message":"you already hold the per-user limit for this product"}}"#
+            }
+            Self::SoldOut => r#"{"error":{"code":"SOLD_OUT","message":"sold out"}}"#,
+            _ => return None,
+        })
     }
 }
 
@@ -202,6 +252,32 @@ mod tests {
         let codes: std::collections::BTreeSet<_> =
             ApiError::every_kind().iter().map(ApiError::code).collect();
         assert_eq!(codes.len(), ApiError::every_kind().len());
+    }
+
+    #[test]
+    fn a_fixed_body_is_what_the_error_would_serialise_to() {
+        let mut fixed = 0;
+        for error in ApiError::every_kind() {
+            if let Some(body) = error.fixed_body() {
+                fixed += 1;
+                assert_eq!(body, serde_json::to_string(&error.body()).unwrap());
+            }
+        }
+        assert_eq!(fixed, 4);
+    }
+
+    #[actix_web::test]
+    async fn a_fixed_body_is_sent_as_json() {
+        let response = ApiError::SoldOut.error_response();
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+        assert_eq!(
+            response.headers().get(header::CONTENT_TYPE).unwrap(),
+            "application/json"
+        );
+        let body = to_bytes(response.into_body()).await.unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["error"]["code"], "SOLD_OUT");
+        assert_eq!(json["error"]["message"], "sold out");
     }
 
     #[test]

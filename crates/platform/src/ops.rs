@@ -5,6 +5,7 @@ use std::future::Future;
 use std::net::TcpListener;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::{App, HttpResponse, HttpServer, web};
@@ -93,8 +94,18 @@ pub fn record_stock(product_id: u64, store: &'static str, units: i64) {
     .set(units as f64);
 }
 
+/// How often the recorder's histograms are drained ([`metrics_handle`]).
+const UPKEEP_EVERY: Duration = Duration::from_secs(1);
+
 /// The process-wide Prometheus recorder. Installed once: several services may share a
 /// process in tests, and the `metrics` facade has a single global recorder.
+///
+/// A histogram of this recorder keeps every sample it is given (24 bytes: the value and
+/// when) until an upkeep drains them into its buckets, and `install_recorder` leaves the
+/// upkeep to the caller. Only a scrape ran it, so between scrapes the gateway kept 48 bytes
+/// per request (two histograms) — hundreds of MiB after a few million unscraped requests,
+/// which the allocator then kept as RSS (BENCHMARKS.md §6). A thread of its own drains them
+/// every [`UPKEEP_EVERY`]: whatever runtime the service has, and none in a test process.
 pub fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
@@ -105,6 +116,16 @@ pub fn metrics_handle() -> PrometheusHandle {
             for (name, help) in SERIES {
                 metrics::describe_counter!(*name, *help);
             }
+            let upkeep = handle.clone();
+            std::thread::Builder::new()
+                .name("metrics-upkeep".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(UPKEEP_EVERY);
+                        upkeep.run_upkeep();
+                    }
+                })
+                .expect("a thread can be started at start-up");
             handle
         })
         .clone()

@@ -23,6 +23,8 @@
 use std::collections::HashMap;
 use std::fmt::{self, Display, Write as _};
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
@@ -31,8 +33,9 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use serde_json::{Map, Value};
+use tracing::dispatcher::WeakDispatch;
 use tracing::field::{Field, Visit};
-use tracing::{Event, Subscriber};
+use tracing::{Dispatch, Event, Subscriber};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
 use tracing_subscriber::fmt::format::{self, FormatEvent, FormatFields, JsonFields, Writer};
@@ -161,6 +164,17 @@ fn tracer_provider(
     Ok(builder.build())
 }
 
+/// Whether the installed subscriber exports spans (an OTLP endpoint was configured).
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// Whether spans go anywhere: false without an OTLP endpoint (every span is sampled out, so
+/// an attribute recorded on one is work for nothing) and before [`init`]. For the
+/// per-request code, which then leaves out what only an exported span shows
+/// ([`crate::http`]).
+pub fn exporting() -> bool {
+    EXPORTING.load(Ordering::Relaxed)
+}
+
 /// Installs the global subscriber. Call once, first thing in `main` (see [`crate::boot`]).
 /// Errs only when an OTLP endpoint is set and its exporter cannot be built.
 pub fn init(
@@ -185,10 +199,13 @@ pub fn init(
             ansi: std::io::stdout().is_terminal(),
         }
     };
-    let result = subscriber(format, std::io::stdout, log_filter, tracer).try_init();
-    if let Err(error) = result {
+    let exporting = endpoint.is_some();
+    let result = subscriber(format, std::io::stdout, log_filter, tracer, exporting).try_init();
+    match result {
+        // Only the subscriber installed says whether spans are exported.
+        Ok(()) => EXPORTING.store(exporting, Ordering::Relaxed),
         // A test process may start several services; the first subscriber wins.
-        tracing::debug!(%error, "Tracing subscriber already installed.");
+        Err(error) => tracing::debug!(%error, "Tracing subscriber already installed."),
     }
     match &endpoint {
         Some(endpoint) => tracing::info!(%endpoint, "Exporting traces over OTLP/HTTP."),
@@ -207,21 +224,25 @@ enum LogFormat {
 }
 
 /// Log lines to `writer` (filtered by `log_filter`) and OpenTelemetry spans from
-/// [`SPAN_TARGETS`] to `tracer`.
+/// [`SPAN_TARGETS`] to `tracer`; `exporting` says whether that tracer's spans go anywhere.
 fn subscriber<W>(
     format: LogFormat,
     writer: W,
     log_filter: EnvFilter,
     tracer: opentelemetry_sdk::trace::Tracer,
+    exporting: bool,
 ) -> impl Subscriber + Send + Sync + for<'a> LookupSpan<'a>
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
+    let dispatch = DispatchCell::default();
     let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .with_writer(writer)
             .fmt_fields(JsonFields::new())
-            .event_format(JsonLine)
+            .event_format(JsonLine {
+                dispatch: dispatch.clone(),
+            })
             .with_filter(log_filter)
             .boxed(),
         LogFormat::Text { ansi } => tracing_subscriber::fmt::layer()
@@ -232,6 +253,7 @@ where
                     .without_time()
                     .with_level(false)
                     .with_ansi(ansi),
+                dispatch: dispatch.clone(),
             })
             .with_filter(log_filter)
             .boxed(),
@@ -241,10 +263,47 @@ where
             .iter()
             .map(|target| (*target, LevelFilter::INFO)),
     );
+    // Without an exporter every span is sampled out, and per-request spans are a real part
+    // of a request's cost, so the layer does only what the ids need:
+    // - not the extra attributes it adds by default (source location, thread id and name —
+    //   an allocation per span — target, and the busy/idle timings, two clock reads per
+    //   poll of an instrumented future): computed for every request, never seen;
+    // - no context activation: entering a span (on every poll of an instrumented future,
+    //   and once more to drop it) would clone its OpenTelemetry context onto a thread-local
+    //   stack. Parents come from the tracing span tree instead (the layer's documented
+    //   alternative), and log lines find their ids through that tree ([`event_ids`]).
+    // With an exporter all of it stays as the SDK's defaults have it.
     let spans = tracing_opentelemetry::layer()
         .with_tracer(tracer)
+        .with_location(exporting)
+        .with_threads(exporting)
+        .with_target(exporting)
+        .with_tracked_inactivity(exporting)
+        .with_context_activation(exporting)
         .with_filter(span_filter);
-    tracing_subscriber::registry().with(logs).with(spans)
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(spans)
+        // Filtered to nothing: it only needs to be told the dispatcher. A layer without a
+        // filter of its own would count as one that wants every level, and every disabled
+        // `trace!` of every crate (actix-http's, many per request) would then reach the
+        // subscriber to be asked about.
+        .with(RegisterDispatch(dispatch).with_filter(LevelFilter::OFF))
+}
+
+/// The subscriber the log formatters run in, for [`event_ids`]: a formatter is given the
+/// spans its own filter lets through, not the whole tree, nor the OpenTelemetry layer.
+#[derive(Clone, Default)]
+struct DispatchCell(Arc<OnceLock<WeakDispatch>>);
+
+/// Fills a [`DispatchCell`] when the subscriber is made into a dispatcher (weakly: the
+/// dispatcher owns the formatters).
+struct RegisterDispatch(DispatchCell);
+
+impl<S: Subscriber> Layer<S> for RegisterDispatch {
+    fn on_register_dispatch(&self, subscriber: &Dispatch) {
+        let _ = self.0.0.set(subscriber.downgrade());
+    }
 }
 
 /// The W3C `traceparent` of the current span, to put into an outgoing message.
@@ -308,17 +367,33 @@ pub fn short_token(token: &dyn Display) -> String {
     }
 }
 
-/// The trace and span ids of the OpenTelemetry context active on this thread (the span the
-/// event was emitted in: entering a span activates its context).
-fn active_ids() -> Option<(String, String)> {
-    let context = opentelemetry::Context::current();
-    let span = context.span();
-    let span_context = span.span_context();
-    span_context.is_valid().then(|| {
-        (
-            span_context.trace_id().to_string(),
-            span_context.span_id().to_string(),
-        )
+/// The trace and span ids of the span `event` was emitted in: the innermost span around it
+/// (its explicit parent, else the current one) that has an OpenTelemetry context, whatever
+/// the log filter lets through — spans of other crates have none. Read from the span tree,
+/// not from the thread's active OpenTelemetry context, which exists only while an exporter
+/// is configured (see [`subscriber`]).
+fn event_ids(
+    dispatch: &DispatchCell,
+    current: Option<&tracing::span::Id>,
+    event: &Event<'_>,
+) -> Option<(String, String)> {
+    let leaf = match event.parent() {
+        Some(parent) => parent,
+        None if event.is_contextual() => current?,
+        None => return None,
+    };
+    let dispatch = dispatch.0.get()?.upgrade()?;
+    let registry = dispatch.downcast_ref::<Registry>()?;
+    registry.span(leaf)?.scope().find_map(|span| {
+        let context = tracing_opentelemetry::get_otel_context(&span.id(), &dispatch)?;
+        let otel_span = context.span();
+        let span_context = otel_span.span_context();
+        span_context.is_valid().then(|| {
+            (
+                span_context.trace_id().to_string(),
+                span_context.span_id().to_string(),
+            )
+        })
     })
 }
 
@@ -326,6 +401,7 @@ fn active_ids() -> Option<(String, String)> {
 /// `span{fields}: target: message fields`.
 struct TextLine {
     inner: format::Format<format::Full, ()>,
+    dispatch: DispatchCell,
 }
 
 impl<S, N> FormatEvent<S, N> for TextLine
@@ -341,7 +417,7 @@ where
     ) -> fmt::Result {
         let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.6fZ");
         write!(writer, "{now} {:>5} ", event.metadata().level())?;
-        if let Some((trace_id, _)) = active_ids() {
+        if let Some((trace_id, _)) = event_ids(&self.dispatch, ctx.current_span().id(), event) {
             write!(writer, "trace_id={trace_id} ")?;
         }
         self.inner.format_event(ctx, writer, event)
@@ -350,7 +426,9 @@ where
 
 /// JSON lines: `timestamp`, `level`, `trace_id`/`span_id` (inside a span), the event's
 /// fields, `message`, `target`, then `spans` (root first, each with its fields).
-struct JsonLine;
+struct JsonLine {
+    dispatch: DispatchCell,
+}
 
 impl<S> FormatEvent<S, JsonFields> for JsonLine
 where
@@ -373,7 +451,8 @@ where
             ),
         );
         line.entry("level", &Value::String(meta.level().to_string()));
-        if let Some((trace_id, span_id)) = active_ids() {
+        if let Some((trace_id, span_id)) = event_ids(&self.dispatch, ctx.current_span().id(), event)
+        {
             line.entry("trace_id", &Value::String(trace_id));
             line.entry("span_id", &Value::String(span_id));
         }
@@ -563,6 +642,11 @@ mod tests {
     /// Log lines written by `emit` under a subscriber of `format` with a non-exporting
     /// provider (as without an OTLP endpoint).
     fn captured(format: LogFormat, emit: impl FnOnce()) -> String {
+        captured_with(format, "info", emit)
+    }
+
+    /// [`captured`], with `log_filter` as the log filter.
+    fn captured_with(format: LogFormat, log_filter: &str, emit: impl FnOnce()) -> String {
         #[derive(Clone, Default)]
         struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
         impl std::io::Write for Buffer {
@@ -580,8 +664,9 @@ mod tests {
         let subscriber = subscriber(
             format,
             move || writer.clone(),
-            EnvFilter::new("info"),
+            EnvFilter::new(log_filter),
             provider.tracer("test-svc"),
+            false,
         );
         tracing::subscriber::with_default(subscriber, emit);
         String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap()
@@ -626,6 +711,40 @@ mod tests {
         assert!(text.contains(" INFO trace_id="), "{text}");
         assert!(text.contains("consume_batch{size=3}"), "{text}");
         assert!(text.contains("Order batch written. inserted=3"), "{text}");
+    }
+
+    #[test]
+    fn a_line_carries_the_ids_of_the_innermost_span_even_one_the_log_filter_hides() {
+        let mut ids = None;
+        let text = captured_with(LogFormat::Json, "warn", || {
+            let request = tracing::info_span!("http_request");
+            let _request = request.enter();
+            let purchase = tracing::info_span!("purchase");
+            let _purchase = purchase.enter();
+            let span_id = purchase.context().span().span_context().span_id();
+            ids = trace_id_of(&purchase).map(|trace| (trace, span_id.to_string()));
+            tracing::warn!("Redis cannot be reached.");
+        });
+        let line: Value = serde_json::from_str(text.trim()).unwrap();
+        let (trace_id, span_id) = ids.expect("a span has ids without an exporter");
+        assert_eq!(line["trace_id"], trace_id.as_str(), "{text}");
+        assert_eq!(line["span_id"], span_id.as_str(), "{text}");
+        // The log filter hides the INFO spans from the line itself.
+        assert!(line.get("spans").is_none(), "{text}");
+    }
+
+    #[test]
+    fn the_subscriber_asks_for_no_level_its_filters_disable() {
+        // Else every disabled `trace!` of every crate would reach the subscriber to be asked.
+        let provider = tracer_provider("test-svc", None).unwrap();
+        let subscriber = subscriber(
+            LogFormat::Json,
+            std::io::sink,
+            EnvFilter::new("info"),
+            provider.tracer("test-svc"),
+            false,
+        );
+        assert_eq!(subscriber.max_level_hint(), Some(LevelFilter::INFO));
     }
 
     #[test]

@@ -8,12 +8,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::body::MessageBody;
+use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::Method;
 use actix_web::middleware::Next;
 use actix_web::{
-    HttpRequest, HttpResponse, ResponseError, Route, error::JsonPayloadError, error::PathError, web,
+    HttpRequest, HttpResponse, ResponseError, Route, error::JsonPayloadError, error::PathError,
+    guard, web,
 };
 use domain::{ProductId, TokenSigner};
 use order_queue::OrderBacklog;
@@ -95,42 +96,54 @@ pub fn product_id(raw: &str) -> Result<ProductId, ApiError> {
 /// `GET`. Listed here because their handlers live in `platform`.
 pub const OPS_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
-/// The gateway's own routes: (method, path, handler). [`configure`] mounts exactly these,
-/// and [`routes`] lists them for the test that holds the OpenAPI document to what is mounted,
-/// so a route added here without its documentation fails that test.
-fn api_routes() -> Vec<(Method, &'static str, Route)> {
+/// The gateway's own routes: (method, path, handler, which requests need no span — see
+/// `platform::http::traced`). [`configure`] mounts exactly these, and [`routes`] lists them
+/// for the test that holds the OpenAPI document to what is mounted, so a route added here
+/// without its documentation fails that test.
+///
+/// The purchase comes first: actix-web's router tries the routes in this order, and each
+/// path with a `{segment}` it tries costs a run of its regex matcher, which is a large part
+/// of a refusal's cost after sell-out, when the crowd hammers that one route. No two paths
+/// here can match the same request, so the order changes nothing else.
+fn api_routes() -> Vec<(Method, &'static str, Route, Option<Quiet>)> {
     vec![
-        (
-            Method::POST,
-            "/api/v1/products/{product_id}/tokens",
-            web::to(buyer::issue_token),
-        ),
         (
             Method::POST,
             "/api/v1/products/{product_id}/purchase",
             web::to(buyer::purchase),
+            Some(buyer::quiet_purchase),
+        ),
+        (
+            Method::POST,
+            "/api/v1/products/{product_id}/tokens",
+            web::to(buyer::issue_token),
+            None,
         ),
         (
             Method::GET,
             "/api/v1/orders/{order_token}",
             web::to(buyer::order_status),
+            None,
         ),
         (
             Method::PUT,
             "/admin/v1/products/{product_id}",
             web::to(admin::put_product),
+            None,
         ),
         (
             Method::GET,
             "/admin/v1/products/{product_id}",
             web::to(admin::get_product),
+            None,
         ),
         (
             Method::POST,
             "/admin/v1/products/{product_id}/reload",
             web::to(reload::reload_product),
+            None,
         ),
-        (Method::GET, openapi::PATH, web::to(openapi::serve)),
+        (Method::GET, openapi::PATH, web::to(openapi::serve), None),
     ]
 }
 
@@ -138,7 +151,7 @@ fn api_routes() -> Vec<(Method, &'static str, Route)> {
 pub fn routes() -> Vec<(Method, &'static str)> {
     api_routes()
         .into_iter()
-        .map(|(method, path, _)| (method, path))
+        .map(|(method, path, ..)| (method, path))
         .chain(OPS_PATHS.map(|path| (Method::GET, path)))
         .collect()
 }
@@ -154,12 +167,21 @@ pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
     )
     .app_data(web::PathConfig::default().error_handler(path_error))
     .app_data(web::PayloadConfig::new(max_body_bytes));
-    for (method, path, route) in api_routes() {
-        cfg.route(path, route.method(method));
+    // Each route is a resource guarded by its method (as `ServiceConfig::route` makes
+    // them), wrapped in its request span, which is told its route here: no one matches
+    // the path again to find it.
+    for (method, path, route, quiet) in api_routes() {
+        cfg.service(
+            web::resource(path)
+                .guard(guard::Method(method))
+                .wrap_fn(move |request, service| {
+                    platform::http::traced(path, quiet, request, service)
+                })
+                .route(route),
+        );
     }
-    // Each route above is a resource guarded by its method, so a request for a known path
-    // with another method falls through to here: a 405 that names the methods the path has
-    // (an unknown path goes on to the app's 404).
+    // A request for a known path with another method falls through to here: a 405 that
+    // names the methods the path has (an unknown path goes on to the app's 404).
     let mut allowed: BTreeMap<&str, Vec<Method>> = BTreeMap::new();
     for (method, path) in routes() {
         allowed.entry(path).or_default().push(method);
@@ -170,12 +192,24 @@ pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
             .map(Method::as_str)
             .collect::<Vec<_>>()
             .join(", ");
-        cfg.service(web::resource(path).default_service(web::to(move || {
+        let resource = web::resource(path).default_service(web::to(move || {
             let allow = allow.clone();
             async move { ApiError::MethodNotAllowed(allow).error_response() }
-        })));
+        }));
+        // The ops endpoints' requests have no span (see `platform::http`), whatever the method.
+        if OPS_PATHS.contains(&path) {
+            cfg.service(resource);
+        } else {
+            cfg.service(resource.wrap_fn(move |request, service| {
+                platform::http::traced(path, None, request, service)
+            }));
+        }
     }
 }
+
+/// Which requests of a route need no span while spans are not exported; see
+/// `platform::http::traced`.
+type Quiet = fn(&ServiceRequest) -> bool;
 
 fn json_error(error: JsonPayloadError, _: &HttpRequest) -> actix_web::Error {
     match error {
@@ -197,10 +231,14 @@ pub struct HeaderCap(pub usize);
 /// Refuses a request whose headers are larger than [`HeaderCap`] with 431, before any
 /// handler or extractor reads them. actix-web's own parser takes far larger blocks (a
 /// 64 KiB header passed it), and every byte of them would be kept for the request's life.
+///
+/// The refusal is a response, not an `Err`: an error leaves the request behind, and
+/// `platform::http::observe` reads the route for its series from the request the response
+/// carries.
 pub async fn cap_headers(
     request: ServiceRequest,
     next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
     if let Some(HeaderCap(cap)) = request.app_data::<HeaderCap>().copied() {
         // As on the wire: "name: value\r\n".
         let size: usize = request
@@ -209,17 +247,29 @@ pub async fn cap_headers(
             .map(|(name, value)| name.as_str().len() + value.len() + 4)
             .sum();
         if size > cap {
-            return Err(ApiError::HeadersTooLarge(cap).into());
+            // Refused before routing: no route's span is open yet.
+            let route = request.match_pattern();
+            let route = route.as_deref().unwrap_or("unmatched");
+            let span = platform::http::request_span(request.method(), route, request.headers());
+            let response = span.in_scope(|| request.error_response(ApiError::HeadersTooLarge(cap)));
+            platform::http::record_status(&span, response.status().as_u16());
+            return Ok(response.map_into_right_body());
         }
     }
-    next.call(request).await
+    next.call(request)
+        .await
+        .map(ServiceResponse::map_into_left_body)
 }
 
 fn path_error(error: PathError, _: &HttpRequest) -> actix_web::Error {
     ApiError::BadRequest(format!("bad path: {error}")).into()
 }
 
-/// Answers every unknown route with the API's 404.
-pub async fn not_found() -> HttpResponse {
-    ApiError::NotFound("route").error_response()
+/// Answers every unknown route with the API's 404 (in a span of its own: no route's span
+/// covers it).
+pub async fn not_found(request: HttpRequest) -> HttpResponse {
+    let span = platform::http::request_span(request.method(), "unmatched", request.headers());
+    let response = span.in_scope(|| ApiError::NotFound("route").error_response());
+    platform::http::record_status(&span, response.status().as_u16());
+    response
 }

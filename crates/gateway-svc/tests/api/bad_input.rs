@@ -3,7 +3,7 @@
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::helpers::{assert_error, spawn_app};
+use crate::helpers::{ADMIN, assert_error, spawn_app};
 
 #[tokio::test]
 async fn malformed_purchases_are_bad_requests_and_take_no_stock() {
@@ -65,13 +65,37 @@ async fn a_body_that_is_not_json_is_a_bad_request() {
 }
 
 #[tokio::test]
-async fn an_oversized_body_is_refused_before_it_is_read() {
+async fn a_body_over_the_cap_is_a_413_payload_too_large_and_changes_nothing() {
     let app = spawn_app().await;
     app.open_sale(1, 5, 1).await;
-    let huge = json!({"token": "x".repeat(1 << 20), "quantity": 1});
-    let response = app.purchase_raw(7, "1", huge).await;
-    assert!(response.status().is_client_error());
-    assert_eq!(app.admin_view(1).await["redis_stock"], 5);
+    let token = app.token(7, 1).await;
+    // Just over `gateway.max_body_bytes` (4096), and far over it.
+    for padding in [4_100, 1 << 20] {
+        let oversized = json!({"token": token, "quantity": 1, "pad": "x".repeat(padding)});
+        assert_error(
+            app.purchase_raw(7, "1", oversized).await,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "PAYLOAD_TOO_LARGE",
+        )
+        .await;
+    }
+    let restock = json!({"name": "x".repeat(5_000), "stock": 99, "per_user_limit": 1,
+                         "force": true});
+    assert_error(
+        app.put_product(1, restock).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "PAYLOAD_TOO_LARGE",
+    )
+    .await;
+    let view = app.admin_view(1).await;
+    assert_eq!(view["initial_stock"], 5);
+    assert_eq!(view["redis_stock"], 5);
+    assert_eq!(view["flows"], 0);
+    // The token was not spent by the refused purchases.
+    assert_eq!(
+        app.purchase(7, 1, &token, 1).await.status(),
+        StatusCode::ACCEPTED
+    );
 }
 
 #[tokio::test]
@@ -196,12 +220,29 @@ async fn oversized_or_too_many_headers_are_refused_and_change_nothing() {
             .json(&json!({"token": token, "quantity": 1}))
     };
 
+    // One header far over `gateway.max_header_bytes` (8 KiB), and a block just over it
+    // made of headers each well under it.
     let huge = purchase()
         .header("X-Padding", "x".repeat(64 * 1024))
         .send()
         .await
         .expect("an answer, not a dropped connection");
-    assert_eq!(huge.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    assert_error(
+        huge,
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "HEADERS_TOO_LARGE",
+    )
+    .await;
+    let mut over = purchase();
+    for i in 0..3 {
+        over = over.header(format!("X-Padding-{i}"), "x".repeat(3_000));
+    }
+    assert_error(
+        over.send().await.expect("an answer"),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "HEADERS_TOO_LARGE",
+    )
+    .await;
 
     let mut many = purchase();
     for i in 0..200 {
@@ -210,5 +251,120 @@ async fn oversized_or_too_many_headers_are_refused_and_change_nothing() {
     let many = many.send().await.expect("an answer");
     assert_eq!(many.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
 
-    assert_eq!(app.admin_view(1).await["redis_stock"], 5);
+    let view = app.admin_view(1).await;
+    assert_eq!(view["redis_stock"], 5);
+    assert_eq!(view["flows"], 0);
+}
+
+#[tokio::test]
+#[ignore = "defect: more than 96 headers (a 3 KB block, under the 8 KiB cap) are refused by \
+            actix-web's HTTP/1 parser itself: 431 with an empty body, not the error JSON"]
+async fn too_many_headers_are_a_431_with_the_error_json() {
+    let app = spawn_app().await;
+    let mut many = app
+        .client
+        .post(format!("{}/api/v1/products/1/tokens", app.address))
+        .header("X-User-Id", "7");
+    for i in 0..200 {
+        many = many.header(format!("X-Extra-{i}"), "1");
+    }
+    assert_error(
+        many.send().await.expect("an answer"),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "HEADERS_TOO_LARGE",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn ids_that_are_not_u64_are_bad_requests_on_every_path_that_takes_one() {
+    let app = spawn_app().await;
+    app.open_sale(1, 5, 1).await;
+    let definition = json!({"name": "phone", "stock": 9, "per_user_limit": 1, "force": true});
+    for id in ["abc", "-1", "18446744073709551616"] {
+        let token = app
+            .client
+            .post(format!("{}/api/v1/products/{id}/tokens", app.address))
+            .header("X-User-Id", "7")
+            .send()
+            .await
+            .unwrap();
+        assert_error(token, StatusCode::BAD_REQUEST, "BAD_REQUEST").await;
+
+        let admin = format!("{}/admin/v1/products/{id}", app.address);
+        let get = app
+            .client
+            .get(&admin)
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        assert_error(get, StatusCode::BAD_REQUEST, "BAD_REQUEST").await;
+        let put = app
+            .client
+            .put(&admin)
+            .bearer_auth(ADMIN)
+            .json(&definition)
+            .send()
+            .await
+            .unwrap();
+        assert_error(put, StatusCode::BAD_REQUEST, "BAD_REQUEST").await;
+        let reload = app
+            .client
+            .post(format!("{admin}/reload"))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        assert_error(reload, StatusCode::BAD_REQUEST, "BAD_REQUEST").await;
+    }
+    let view = app.admin_view(1).await;
+    assert_eq!(view["initial_stock"], 5);
+    assert_eq!(view["redis_stock"], 5);
+    assert_eq!(view["flows"], 0);
+}
+
+#[tokio::test]
+async fn a_token_whose_well_formed_signature_is_wrong_is_invalid_and_reserves_nothing() {
+    use jsonwebtoken::{Algorithm, EncodingKey, crypto::sign};
+
+    let app = spawn_app().await;
+    app.open_sale(1, 5, 1).await;
+    let token = app.token(7, 1).await;
+    // `v1.<key id>.<payload>.<HMAC-SHA256 of the rest, URL-safe base64>`.
+    let (signed, signature) = token.rsplit_once('.').expect("a signed token");
+    let hmac = |key: &str| {
+        sign(
+            signed.as_bytes(),
+            &EncodingKey::from_secret(key.as_bytes()),
+            Algorithm::HS256,
+        )
+        .unwrap()
+    };
+    // The construction is the gateway's own: with the configured key it gives its signature.
+    assert_eq!(hmac("dev-token-key-change-me"), signature);
+
+    let resigned = format!("{signed}.{}", hmac("another-token-key-of-length"));
+    // One character in the middle of the signature: still base64 of 32 bytes.
+    let mut flipped: Vec<char> = signature.chars().collect();
+    let middle = flipped.len() / 2;
+    flipped[middle] = if flipped[middle] == 'A' { 'B' } else { 'A' };
+    let flipped = format!("{signed}.{}", flipped.into_iter().collect::<String>());
+    for forged in [resigned, flipped] {
+        assert_ne!(forged, token);
+        assert_error(
+            app.purchase(7, 1, &forged, 1).await,
+            StatusCode::FORBIDDEN,
+            "INVALID_TOKEN",
+        )
+        .await;
+    }
+    let view = app.admin_view(1).await;
+    assert_eq!(view["redis_stock"], 5);
+    assert_eq!(view["flows"], 0);
+    // The order the forgeries named was not reserved, nor its token burnt.
+    assert_eq!(
+        app.purchase(7, 1, &token, 1).await.status(),
+        StatusCode::ACCEPTED
+    );
 }

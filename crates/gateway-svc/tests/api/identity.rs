@@ -129,3 +129,111 @@ async fn jwt_mode_takes_the_buyer_from_a_valid_hs256_token_only() {
         .unwrap();
     assert_error(header_only, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
 }
+
+#[tokio::test]
+async fn a_wrong_admin_token_is_refused_on_every_admin_endpoint_and_changes_nothing() {
+    let app = spawn_app().await;
+    app.open_sale(1, 5, 1).await;
+    let url = format!("{}/admin/v1/products/1", app.address);
+    let restock = json!({"name": "phone", "stock": 99, "per_user_limit": 1, "force": true});
+    for token in [
+        "wrong",
+        "dev-admin-tokeN",
+        "dev-admin-token-and-more",
+        "dev-admin-toke",
+    ] {
+        let get = app
+            .client
+            .get(&url)
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_error(get, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+        let put = app
+            .client
+            .put(&url)
+            .bearer_auth(token)
+            .json(&restock)
+            .send()
+            .await
+            .unwrap();
+        assert_error(put, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+        let reload = app
+            .client
+            .post(format!("{url}/reload"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_error(reload, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+    }
+    let view = app.admin_view(1).await;
+    assert_eq!(view["initial_stock"], 5);
+    assert_eq!(view["redis_stock"], 5);
+    assert_eq!(view["mysql_stock"], 5);
+}
+
+#[tokio::test]
+async fn jwt_mode_buys_with_a_valid_jwt_only_and_an_expired_or_forged_one_takes_nothing() {
+    let app = spawn_app_with(&[
+        ("SECKILL_AUTH__MODE", "jwt"),
+        ("SECKILL_AUTH__JWT_SECRET", JWT_SECRET),
+    ])
+    .await;
+    app.open_sale(1, 5, 1).await;
+    let now = chrono::Utc::now().timestamp();
+    let claims = |exp: i64| json!({"sub": "42", "exp": exp});
+    let valid = jwt(claims(now + 60), JWT_SECRET, Header::default());
+    let issued = app
+        .client
+        .post(format!("{}/api/v1/products/1/tokens", app.address))
+        .bearer_auth(&valid)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(issued.status(), StatusCode::CREATED);
+    let token = crate::helpers::body(issued).await["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let purchase = || {
+        app.client
+            .post(format!("{}/api/v1/products/1/purchase", app.address))
+            .json(&json!({"token": token, "quantity": 1}))
+    };
+
+    let expired = jwt(claims(now - 60), JWT_SECRET, Header::default());
+    let forged = jwt(
+        claims(now + 60),
+        "another-secret-entirely",
+        Header::default(),
+    );
+    for bearer in [expired, forged] {
+        let response = purchase().bearer_auth(bearer).send().await.unwrap();
+        assert_error(response, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+    }
+    let header_only = purchase().header("X-User-Id", "42").send().await.unwrap();
+    assert_error(header_only, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+    let view = app.admin_view(1).await;
+    assert_eq!(view["redis_stock"], 5);
+    assert_eq!(view["flows"], 0);
+
+    let bought = purchase().bearer_auth(&valid).send().await.unwrap();
+    assert_eq!(bought.status(), StatusCode::ACCEPTED);
+    let queued = crate::helpers::body(bought).await;
+    assert_eq!(queued["status"], "queued");
+    let order = app
+        .client
+        .get(format!(
+            "{}/api/v1/orders/{}",
+            app.address,
+            queued["order_token"].as_str().unwrap()
+        ))
+        .bearer_auth(&valid)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(order.status(), StatusCode::OK);
+    assert_eq!(app.admin_view(1).await["redis_stock"], 4);
+}

@@ -164,3 +164,128 @@ async fn tokens_are_refused_before_the_sale_opens_and_for_unknown_products() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_purchase_before_the_sale_opens_is_refused_as_sale_not_open_and_takes_nothing() {
+    let app = spawn_app().await;
+    app.open_sale(1, 5, 1).await;
+    // A token from while it was open; then the sale is moved an hour ahead.
+    let token = app.token(7, 1).await;
+    let starts = chrono::Utc::now() + chrono::Duration::hours(1);
+    let later = serde_json::json!({"name": "later", "stock": 5, "per_user_limit": 1,
+        "starts_at": starts.to_rfc3339()});
+    assert_eq!(app.put_product(1, later).await.status(), StatusCode::OK);
+
+    assert_error(
+        app.purchase(7, 1, &token, 1).await,
+        StatusCode::FORBIDDEN,
+        "SALE_NOT_OPEN",
+    )
+    .await;
+    let view = app.admin_view(1).await;
+    assert_eq!(view["redis_stock"], 5);
+    assert_eq!(view["flows"], 0);
+}
+
+#[tokio::test]
+async fn tokens_and_purchases_after_the_sale_ends_are_refused_as_sale_not_open() {
+    let app = spawn_app().await;
+    let ends = chrono::Utc::now() + chrono::Duration::milliseconds(1_500);
+    let closing = serde_json::json!({"name": "brief", "stock": 5, "per_user_limit": 1,
+        "ends_at": ends.to_rfc3339()});
+    assert_eq!(app.put_product(1, closing).await.status(), StatusCode::OK);
+    let token = app.token(7, 1).await;
+
+    let past_the_end = (ends - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(past_the_end + Duration::from_millis(100)).await;
+    assert_error(
+        app.request_token(8, 1).await,
+        StatusCode::FORBIDDEN,
+        "SALE_NOT_OPEN",
+    )
+    .await;
+    // A token issued while the sale was open buys nothing once it has closed.
+    assert_error(
+        app.purchase(7, 1, &token, 1).await,
+        StatusCode::FORBIDDEN,
+        "SALE_NOT_OPEN",
+    )
+    .await;
+    let view = app.admin_view(1).await;
+    assert_eq!(view["redis_stock"], 5);
+    assert_eq!(view["flows"], 0);
+}
+
+#[tokio::test]
+async fn requests_over_the_instance_rate_limit_are_told_when_to_retry_and_change_nothing() {
+    let app = spawn_app_with(&[("SECKILL_RATE_LIMIT__GLOBAL_PER_SEC", "1")]).await;
+    app.open_sale(1, 5, 1).await;
+    let token = app.token(7, 1).await;
+
+    // Other buyers, each far under their own limit: the instance's budget is spent.
+    let refused = app.request_token(8, 1).await;
+    let retry_after: u64 = refused
+        .headers()
+        .get("retry-after")
+        .expect("Retry-After is set")
+        .to_str()
+        .unwrap()
+        .parse()
+        .expect("Retry-After in whole seconds");
+    assert!((1..=2).contains(&retry_after), "{retry_after}");
+    assert_error(refused, StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED").await;
+    let purchase = app.purchase(7, 1, &token, 1).await;
+    assert!(purchase.headers().contains_key("retry-after"));
+    assert_error(purchase, StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED").await;
+    assert_eq!(app.admin_view(1).await["flows"], 0);
+
+    tokio::time::sleep(Duration::from_secs(retry_after)).await;
+    assert_eq!(
+        app.purchase(7, 1, &token, 1).await.status(),
+        StatusCode::ACCEPTED
+    );
+}
+
+#[tokio::test]
+async fn an_order_whose_reserved_unit_was_given_back_is_reported_failed() {
+    // No public request makes a send fail in this harness (the broker is shared), so the
+    // test does what the purchase path does around one: pre-deduct, then release.lua.
+    let app = spawn_app().await;
+    app.open_sale(1, 5, 1).await;
+    let order = "1-0123456789abcdef0123456789abcdef";
+    let cache = app.stack.redis.cache();
+    let reserved = cache
+        .pre_deduct(&order.parse().unwrap(), "7".parse().unwrap(), 1)
+        .await
+        .unwrap();
+    assert!(
+        format!("{reserved:?}").starts_with("Reserved"),
+        "{reserved:?}"
+    );
+    assert_eq!(
+        body(app.order_status(7, order).await).await["status"],
+        "queued"
+    );
+
+    let released = cache
+        .release(&order.parse().unwrap(), "send_failed")
+        .await
+        .unwrap();
+    assert_eq!(format!("{released:?}"), "Released");
+    let response = app.order_status(7, order).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let status = body(response).await;
+    assert_eq!(status["status"], "failed", "{status}");
+    assert_eq!(status["order_token"], order);
+    assert_eq!(status["product_id"], 1);
+    assert_eq!(status["quantity"], 1);
+    assert_error(
+        app.order_status(8, order).await,
+        StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+    )
+    .await;
+    let view = app.admin_view(1).await;
+    assert_eq!(view["redis_stock"], 5);
+    assert_eq!(view["flows"], 0);
+}
