@@ -139,7 +139,8 @@ w("cores, so the load average at the start and the end is given to judge the noi
 w("")
 w(f"- machine: {os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}")
 w(f"- command: `make bench` (ROUNDS={rounds}); the services started by `deploy/local/services.sh` "
-  "with `SECKILL_RATE_LIMIT__USER_PER_SEC`/`USER_BURST` raised to 1,000,000 (wrk re-uses 1,000 buyers)")
+  "with `SECKILL_RATE_LIMIT__USER_PER_SEC`/`USER_BURST` raised to 1,000,000 (wrk re-uses 1,000 buyers) "
+  "and `SECKILL_RATE_LIMIT__GLOBAL_PER_SEC` to 10,000,000 (the refusal path runs above its default)")
 idle_start = open(f"{work}/idle-start").read().strip() if os.path.exists(f"{work}/idle-start") else None
 w(f"- load average at the start: {load_start}; at the end: {load_end}"
   + (f"; CPU idle over the 2 s before the run: {idle_start} %" if idle_start else ""))
@@ -343,7 +344,7 @@ w("## 2. Rejections after sell-out: the gateway against a bare actix-web handler
 w("")
 w(f"`wrk -t2 -c{params['wrk_conns']} -d{params['wrk_secs']}s -s deploy/bench/purchase.lua`: POST "
   "…/purchase with 1,000 valid tokens of a sold-out product in turn (the gateway answers 409 "
-  "SOLD_OUT from its local flag, after identity, rate limits and the token check), and the same "
+  "SOLD_OUT from its local flag, after identity and the instance-wide rate limit; the flag comes before the token's HMAC), and the same "
   "requests to `seckill-bench bare-http`, an actix-web app with the one route answering the same "
   "409 body (same default worker count). Alternating, one of each per round.")
 w("")

@@ -199,9 +199,10 @@ sale() { # sale OUT ARGS...: sale-sim against the gateway, JSON report into OUT,
 }
 
 # ---------------------------------------------------------------- the gateway's stages
-export SECKILL_RATE_LIMIT__USER_PER_SEC=1000000 SECKILL_RATE_LIMIT__USER_BURST=1000000
+# The instance-wide limit too: the refusal path runs above its default of 100,000/s.
+export SECKILL_RATE_LIMIT__USER_PER_SEC=1000000 SECKILL_RATE_LIMIT__USER_BURST=1000000 SECKILL_RATE_LIMIT__GLOBAL_PER_SEC=10000000
 "$services" start >&2
-unset SECKILL_RATE_LIMIT__USER_PER_SEC SECKILL_RATE_LIMIT__USER_BURST
+unset SECKILL_RATE_LIMIT__USER_PER_SEC SECKILL_RATE_LIMIT__USER_BURST SECKILL_RATE_LIMIT__GLOBAL_PER_SEC
 
 log "gateway RSS with 1000 connections (fresh)"
 "$bench" conns --addr 127.0.0.1:8080 --count 1000 --pid "$(gateway_pid)" >"${work}/conns-fresh.json"

@@ -25,6 +25,10 @@ pub struct TokenIssued {
     /// When the token stops being accepted (RFC 3339, UTC, milliseconds).
     #[schema(format = DateTime)]
     expires_at: String,
+    /// The key of the order this token can place, for `GET /api/v1/orders/{order_token}`:
+    /// a buyer who lost the purchase's answer polls it instead of buying again.
+    #[schema(pattern = r"^[0-9]+-[0-9a-f]{32}$")]
+    order_token: String,
 }
 
 /// Issue a purchase token.
@@ -86,6 +90,7 @@ pub async fn issue_token(
     Ok(HttpResponse::Created().json(TokenIssued {
         token: state.signer.issue(&claims),
         expires_at: expires_at.to_rfc3339_opts(SecondsFormat::Millis, true),
+        order_token: claims.order_token.to_string(),
     }))
 }
 
@@ -213,7 +218,6 @@ async fn buy(
 ) -> Result<HttpResponse, ApiError> {
     state.limits.check_global()?;
     let product = product_id(&path)?;
-    state.limits.check_user(buyer.0)?;
     if body.quantity == 0 {
         return Err(ApiError::BadRequest("quantity must be at least 1".into()));
     }
@@ -246,6 +250,10 @@ async fn buy(
     if claims.product_id() != product {
         return Err(ApiError::InvalidToken("for another product"));
     }
+    // The buyer's budget counts purchases that could reserve something: a malformed,
+    // forged or foreign one is refused above without spending it (bad input changes
+    // nothing), and the HMAC it costs is a microsecond.
+    state.limits.check_user(buyer.0)?;
 
     // Boxed: the purchase's future (pre-deduct, the send, their retries) is large, and
     // inline it made this handler's future as large, which actix-web moves (copies) several

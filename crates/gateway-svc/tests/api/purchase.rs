@@ -289,3 +289,22 @@ async fn an_order_whose_reserved_unit_was_given_back_is_reported_failed() {
     assert_eq!(view["redis_stock"], 5);
     assert_eq!(view["flows"], 0);
 }
+
+#[tokio::test]
+async fn the_order_a_token_will_place_is_named_when_the_token_is_issued() {
+    let app = spawn_app().await;
+    app.open_sale(31, 5, 1).await;
+    let issued = body(app.request_token(7, 31).await).await;
+    let token = issued["token"].as_str().unwrap();
+    let named = issued["order_token"].as_str().unwrap();
+
+    // Before the purchase the order is unknown; polling it is how a buyer who lost the
+    // purchase's answer finds out.
+    assert_eq!(
+        app.order_status(7, named).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let queued = body(app.purchase(7, 31, token, 1).await).await;
+    assert_eq!(queued["order_token"], named);
+    assert_eq!(app.order_status(7, named).await.status(), StatusCode::OK);
+}
