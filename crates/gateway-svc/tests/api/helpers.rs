@@ -166,6 +166,14 @@ impl TestApp {
         body(response).await
     }
 
+    /// The product's Redis stock is `stock` and no unit is reserved: what a refused
+    /// request must leave behind.
+    pub async fn assert_nothing_taken(&self, product: u64, stock: i64) {
+        let view = self.admin_view(product).await;
+        assert_eq!(view["redis_stock"], stock, "{view}");
+        assert_eq!(view["flows"], 0, "{view}");
+    }
+
     /// Polls the order until it is confirmed, or panics after `timeout`.
     pub async fn wait_confirmed(&self, user: u64, order_token: &str, timeout: Duration) {
         let deadline = Instant::now() + timeout;

@@ -182,9 +182,7 @@ async fn a_purchase_before_the_sale_opens_is_refused_as_sale_not_open_and_takes_
         "SALE_NOT_OPEN",
     )
     .await;
-    let view = app.admin_view(1).await;
-    assert_eq!(view["redis_stock"], 5);
-    assert_eq!(view["flows"], 0);
+    app.assert_nothing_taken(1, 5).await;
 }
 
 #[tokio::test]
@@ -211,9 +209,7 @@ async fn tokens_and_purchases_after_the_sale_ends_are_refused_as_sale_not_open()
         "SALE_NOT_OPEN",
     )
     .await;
-    let view = app.admin_view(1).await;
-    assert_eq!(view["redis_stock"], 5);
-    assert_eq!(view["flows"], 0);
+    app.assert_nothing_taken(1, 5).await;
 }
 
 #[tokio::test]
@@ -285,9 +281,7 @@ async fn an_order_whose_reserved_unit_was_given_back_is_reported_failed() {
         "NOT_FOUND",
     )
     .await;
-    let view = app.admin_view(1).await;
-    assert_eq!(view["redis_stock"], 5);
-    assert_eq!(view["flows"], 0);
+    app.assert_nothing_taken(1, 5).await;
 }
 
 #[tokio::test]
