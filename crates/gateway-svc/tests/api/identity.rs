@@ -2,7 +2,7 @@ use jsonwebtoken::{EncodingKey, Header, encode};
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::helpers::{ADMIN, assert_error, spawn_app, spawn_app_with};
+use crate::helpers::{ADMIN, TestApp, assert_error, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn buyers_without_a_usable_identity_are_unauthenticated() {
@@ -66,12 +66,7 @@ fn jwt(claims: serde_json::Value, secret: &str, header: Header) -> String {
 
 #[tokio::test]
 async fn jwt_mode_takes_the_buyer_from_a_valid_hs256_token_only() {
-    let app = spawn_app_with(&[
-        ("SECKILL_AUTH__MODE", "jwt"),
-        ("SECKILL_AUTH__JWT_SECRET", JWT_SECRET),
-    ])
-    .await;
-    app.open_sale(1, 5, 1).await;
+    let app = jwt_app_selling(1, 5).await;
     let now = chrono::Utc::now().timestamp();
     let url = format!("{}/api/v1/products/1/tokens", app.address);
     let ask = |bearer: String| app.client.post(&url).bearer_auth(bearer).send();
@@ -176,12 +171,7 @@ async fn a_wrong_admin_token_is_refused_on_every_admin_endpoint_and_changes_noth
 
 #[tokio::test]
 async fn jwt_mode_buys_with_a_valid_jwt_only_and_an_expired_or_forged_one_takes_nothing() {
-    let app = spawn_app_with(&[
-        ("SECKILL_AUTH__MODE", "jwt"),
-        ("SECKILL_AUTH__JWT_SECRET", JWT_SECRET),
-    ])
-    .await;
-    app.open_sale(1, 5, 1).await;
+    let app = jwt_app_selling(1, 5).await;
     let now = chrono::Utc::now().timestamp();
     let claims = |exp: i64| json!({"sub": "42", "exp": exp});
     let valid = jwt(claims(now + 60), JWT_SECRET, Header::default());
@@ -234,4 +224,15 @@ async fn jwt_mode_buys_with_a_valid_jwt_only_and_an_expired_or_forged_one_takes_
         .unwrap();
     assert_eq!(order.status(), StatusCode::OK);
     assert_eq!(app.admin_view(1).await["redis_stock"], 4);
+}
+
+/// A gateway in JWT mode (secret [`JWT_SECRET`]) with `product` on sale, one unit per buyer.
+async fn jwt_app_selling(product: u64, stock: i64) -> TestApp {
+    let app = spawn_app_with(&[
+        ("SECKILL_AUTH__MODE", "jwt"),
+        ("SECKILL_AUTH__JWT_SECRET", JWT_SECRET),
+    ])
+    .await;
+    app.open_sale(product, stock, 1).await;
+    app
 }
