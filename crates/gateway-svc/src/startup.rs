@@ -28,7 +28,7 @@ use crate::sold_out::SoldOutFlags;
 pub struct Application {
     port: u16,
     server: Server,
-    state: web::Data<AppState>,
+    shared: SharedState,
     publisher: Arc<OrderPublisher>,
     mq_runtime: MqRuntime,
     /// Runs confirm.lua for the broker's callbacks, which arrive on the client's threads.
@@ -47,18 +47,61 @@ fn token_signer(settings: &Settings) -> anyhow::Result<TokenSigner> {
         .context("the purchase-token keys are invalid")
 }
 
+/// What the HTTP workers share, and the settings each opens its own connections with.
+///
+/// Each actix-web worker is a tokio runtime of its own, and a Redis or MySQL connection
+/// belongs to the runtime that opened it. In a graceful stop, idle workers end first; a
+/// connection one of them had opened, lent from a shared pool to a worker still finishing
+/// its requests, failed those requests (503, "broken pipe"). So every worker has its own
+/// pools, and its connections are driven by its own thread.
+#[derive(Clone)]
+struct SharedState {
+    /// The main runtime's (the sold-out watcher); workers take pools of their own from it.
+    cache: StockCache,
+    /// Never called on the main runtime; workers take pools of their own from it.
+    db: Db,
+    redis_per_worker: usize,
+    mysql_per_worker: usize,
+    batcher: OrderBatcher,
+    sold_out: Arc<SoldOutFlags>,
+    send_spans: Arc<SendSpans>,
+    signer: TokenSigner,
+    limits: Arc<RateLimits>,
+    token_ttl: Duration,
+    backlog: Arc<OrderBacklog>,
+    reload_drain: Duration,
+}
+
+impl SharedState {
+    /// Called on each worker's thread, when actix-web builds its app.
+    fn for_this_worker(&self) -> AppState {
+        let cache = self.cache.with_own_pool(self.redis_per_worker);
+        AppState {
+            desk: PurchaseDesk::new(
+                cache.clone(),
+                self.batcher.clone(),
+                self.sold_out.clone(),
+                self.send_spans.clone(),
+            ),
+            cache,
+            db: self.db.with_own_pool(self.mysql_per_worker),
+            signer: self.signer.clone(),
+            limits: self.limits.clone(),
+            sold_out: self.sold_out.clone(),
+            token_ttl: self.token_ttl,
+            backlog: self.backlog.clone(),
+            reload_drain: self.reload_drain,
+        }
+    }
+}
+
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let signer = token_signer(&settings)?;
         let redis = &settings.redis;
         let redis_timeout = Duration::from_millis(redis.timeout_ms);
-        let cache = StockCache::new(
-            &redis.url,
-            redis.pool_size,
-            &redis.key_prefix,
-            redis_timeout,
-        )
-        .context("cannot set up Redis")?;
+        let cache = StockCache::new(&redis.url, 2, &redis.key_prefix, redis_timeout)
+            .context("cannot set up Redis")?;
         let mysql_url = settings.mysql.url.expose_secret();
         order_store::migrate(mysql_url)
             .await
@@ -68,7 +111,7 @@ impl Application {
         let confirm_runtime =
             SideRuntime::new("confirm", 2).context("cannot start the confirm runtime")?;
         // Its own pool: connections live on the runtime that drives them.
-        let confirm_cache = StockCache::new(&redis.url, 16, &redis.key_prefix, redis_timeout)?;
+        let confirm_cache = cache.with_own_pool(16);
         let send_spans = Arc::new(SendSpans::default());
         let confirm = Arc::new(ConfirmInRedis {
             cache: confirm_cache,
@@ -92,61 +135,63 @@ impl Application {
                 .context("cannot start the order backlog probe")?,
         );
 
-        let sold_out = Arc::new(SoldOutFlags::default());
-        let state = web::Data::new(AppState {
-            desk: PurchaseDesk::new(
-                cache.clone(),
-                OrderBatcher::start(
-                    publisher.clone(),
-                    BatchTuning {
-                        max_orders: settings.gateway.orders_per_message,
-                        in_flight: settings.gateway.sends_in_flight,
-                    },
-                ),
-                sold_out.clone(),
-                send_spans,
-            ),
+        // actix-web's own default, made explicit to share the pool sizes out.
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let shared = SharedState {
             cache,
             db,
+            redis_per_worker: redis.pool_size.div_ceil(workers),
+            mysql_per_worker: settings.mysql.pool_size.div_ceil(workers),
+            batcher: OrderBatcher::start(
+                publisher.clone(),
+                BatchTuning {
+                    max_orders: settings.gateway.orders_per_message,
+                    in_flight: settings.gateway.sends_in_flight,
+                },
+            ),
+            sold_out: Arc::new(SoldOutFlags::default()),
+            send_spans,
             signer,
-            limits: RateLimits::new(&settings.rate_limit),
-            sold_out,
+            limits: Arc::new(RateLimits::new(&settings.rate_limit)),
             token_ttl: Duration::from_secs(settings.tokens.ttl_secs),
             backlog,
             reload_drain: Duration::from_secs(settings.gateway.reload_drain_secs),
-        });
+        };
         let openapi = web::Data::new(Document::new(settings.auth.mode));
         let identity = web::Data::new(IdentityConfig::new(
             settings.auth.mode,
             &settings.auth.jwt_secret,
             settings.admin.token.clone(),
         ));
-        let ops_state = OpsState {
-            ready: readiness(&state),
-            metrics: ops::metrics_handle(),
-        };
+        let metrics = ops::metrics_handle();
 
         let listener = TcpListener::bind(&settings.gateway.listen)
             .with_context(|| format!("cannot bind {}", settings.gateway.listen))?;
         let port = listener.local_addr()?.port();
         let max_body = settings.gateway.max_body_bytes;
         let grace = Duration::from_secs(settings.gateway.shutdown_grace_secs);
-        let app_state = state.clone();
         let header_cap = routes::HeaderCap(settings.gateway.max_header_bytes);
+        let worker_parts = shared.clone();
         let server = HttpServer::new(move || {
+            let state = web::Data::new(worker_parts.for_this_worker());
+            let ops_state = OpsState {
+                ready: readiness(&state),
+                metrics: metrics.clone(),
+            };
             App::new()
                 .wrap(middleware::from_fn(routes::cap_headers))
                 // One span and the request series per request (the ops endpoints aside);
                 // outermost, so that it sees the header cap's refusals too.
                 .wrap(middleware::from_fn(platform::http::observe))
                 .app_data(header_cap)
-                .app_data(app_state.clone())
+                .app_data(state)
                 .app_data(identity.clone())
                 .app_data(openapi.clone())
-                .configure(|cfg| ops::configure(cfg, ops_state.clone()))
+                .configure(|cfg| ops::configure(cfg, ops_state))
                 .configure(|cfg| routes::configure(cfg, max_body))
                 .default_service(web::to(routes::not_found))
         })
+        .workers(workers)
         .backlog(4096)
         .max_connection_rate(4096)
         .shutdown_timeout(grace.as_secs())
@@ -157,7 +202,7 @@ impl Application {
         Ok(Self {
             port,
             server,
-            state,
+            shared,
             publisher,
             mq_runtime,
             confirm_runtime,
@@ -173,7 +218,7 @@ impl Application {
     /// finish (up to the grace period) and closes the producer.
     pub async fn run_until_stopped(self, shutdown: Shutdown) -> anyhow::Result<()> {
         let watchers = tokio::spawn(watch_sold_out_and_limits(
-            self.state.clone(),
+            self.shared.clone(),
             shutdown.clone(),
         ));
         let handle = self.server.handle();
@@ -187,7 +232,7 @@ impl Application {
         let _ = server.await;
         watchers.abort();
         self.publisher.shutdown().await;
-        self.state.backlog.shutdown().await;
+        self.shared.backlog.shutdown().await;
         self.mq_runtime.shutdown().await;
         drop(self.confirm_runtime);
         tracing::info!("Gateway stopped.");
@@ -213,7 +258,7 @@ fn readiness(state: &web::Data<AppState>) -> ops::ReadinessCheck {
 
 /// Once a second: clear sold-out flags whose product's epoch moved. Every 30 s: forget
 /// idle buyers' rate-limit buckets.
-async fn watch_sold_out_and_limits(state: web::Data<AppState>, shutdown: Shutdown) {
+async fn watch_sold_out_and_limits(state: SharedState, shutdown: Shutdown) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut ticks: u64 = 0;
     loop {

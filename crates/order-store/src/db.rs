@@ -4,6 +4,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel::IntoSql;
@@ -35,6 +36,8 @@ pub(crate) type Conn = Object<AsyncMysqlConnection>;
 pub struct Db {
     /// The connections; deadpool hands each out to one caller at a time.
     pool: Pool<AsyncMysqlConnection>,
+    /// Kept for [`Db::with_own_pool`]; it carries the password, so it is never printed.
+    url: Arc<str>,
     /// See [`DEFAULT_ACQUIRE_TIMEOUT`].
     acquire_timeout: Duration,
 }
@@ -79,8 +82,19 @@ impl Db {
             .map_err(|e| StoreError::InvalidUrl(e.to_string()))?;
         Ok(Self {
             pool,
+            url: url.into(),
             acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
         })
+    }
+
+    /// Another handle on the same database with a pool of its own, of `pool_size`
+    /// connections (at least one). A connection's socket belongs to the tokio runtime that
+    /// opened it and stops working when that runtime ends: a service whose runtimes end at
+    /// different times (each actix-web worker is one) gives each runtime its own pool.
+    pub fn with_own_pool(&self, pool_size: usize) -> Self {
+        let own = Self::connect(&self.url, pool_size.max(1))
+            .expect("the URL and a non-zero size built a pool before");
+        own.with_acquire_timeout(self.acquire_timeout)
     }
 
     /// The same pool, with another limit on the wait for a connection.

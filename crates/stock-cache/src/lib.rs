@@ -9,25 +9,28 @@
 //! - [`StockCache`]: the calls the services make.
 
 pub mod keys;
+mod pool;
 mod scripts;
 
 use std::time::Duration;
 
+use deadpool_redis::Runtime;
 use deadpool_redis::redis::{self, AsyncCommands};
-use deadpool_redis::{Config, Connection, Pool, Runtime};
 use domain::{FlowRecord, OrderToken, PreDeductOutcome, ProductId, UserId};
 use serde::Deserialize;
 
 pub use keys::ProductKeys;
 
+use crate::pool::{Manager, Pool, PoolError, PooledConnection};
+
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
     #[error("the Redis key prefix `{0}` may not contain braces or be empty")]
     BadPrefix(String),
-    #[error("cannot build the Redis pool")]
-    Pool(#[from] deadpool_redis::CreatePoolError),
+    #[error("cannot build the Redis pool: {0}")]
+    Pool(String),
     #[error("no Redis connection")]
-    Connection(#[from] deadpool_redis::PoolError),
+    Connection(#[from] PoolError),
     #[error("Redis failed")]
     Redis(#[from] redis::RedisError),
     #[error("Redis did not answer within {0:?}")]
@@ -109,6 +112,9 @@ pub struct OrderView {
 #[derive(Clone)]
 pub struct StockCache {
     pool: Pool,
+    /// Kept for [`StockCache::with_own_pool`]; it may carry a password, so it is never
+    /// printed.
+    url: String,
     prefix: String,
     timeout: Duration,
 }
@@ -123,6 +129,15 @@ impl std::fmt::Debug for StockCache {
 
 const CONFIRMED: &str = "confirmed";
 
+fn build_pool(url: &str, size: usize) -> Result<Pool, CacheError> {
+    let manager = deadpool_redis::Manager::new(url).map_err(|e| CacheError::Pool(e.to_string()))?;
+    Pool::builder(Manager(manager))
+        .max_size(size)
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|e| CacheError::Pool(e.to_string()))
+}
+
 impl StockCache {
     pub fn new(
         url: &str,
@@ -133,14 +148,26 @@ impl StockCache {
         if prefix.is_empty() || prefix.contains(['{', '}']) {
             return Err(CacheError::BadPrefix(prefix.to_owned()));
         }
-        let mut config = Config::from_url(url);
-        config.pool = Some(deadpool_redis::PoolConfig::new(pool_size));
-        let pool = config.create_pool(Some(Runtime::Tokio1))?;
         Ok(Self {
-            pool,
+            pool: build_pool(url, pool_size)?,
+            url: url.to_owned(),
             prefix: prefix.to_owned(),
             timeout,
         })
+    }
+
+    /// Another handle with the same settings and a pool of its own, of `pool_size`
+    /// connections (at least one). A connection's I/O is driven by a task on the tokio
+    /// runtime that opened it and fails ("broken pipe") once that runtime ends: a service
+    /// whose runtimes end at different times (each actix-web worker is one) gives each
+    /// runtime its own pool.
+    pub fn with_own_pool(&self, pool_size: usize) -> Self {
+        Self {
+            pool: build_pool(&self.url, pool_size.max(1)).expect("this URL built a pool before"),
+            url: self.url.clone(),
+            prefix: self.prefix.clone(),
+            timeout: self.timeout,
+        }
     }
 
     pub fn keys(&self, product: ProductId) -> ProductKeys {
@@ -157,8 +184,8 @@ impl StockCache {
             .map_err(|_| CacheError::Timeout(self.timeout))?
     }
 
-    async fn connection(&self) -> Result<Connection, CacheError> {
-        Ok(self.pool.get().await?)
+    async fn connection(&self) -> Result<PooledConnection, CacheError> {
+        Ok(PooledConnection::new(self.pool.get().await?))
     }
 
     pub async fn ping(&self) -> Result<(), CacheError> {

@@ -29,13 +29,14 @@ use crate::purchase::PurchaseDesk;
 use crate::rate_limit::RateLimits;
 use crate::sold_out::SoldOutFlags;
 
-/// Everything the handlers share; one per process.
+/// Everything the handlers use; one per HTTP worker, with that worker's own Redis and
+/// MySQL pools (see `startup`), the rest shared by all.
 pub struct AppState {
     pub cache: StockCache,
     pub db: Db,
     pub desk: PurchaseDesk,
     pub signer: TokenSigner,
-    pub limits: RateLimits,
+    pub limits: Arc<RateLimits>,
     pub sold_out: Arc<SoldOutFlags>,
     pub token_ttl: Duration,
     /// Asked by a reload: the order messages not yet written to MySQL.

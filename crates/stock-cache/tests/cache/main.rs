@@ -7,6 +7,7 @@ mod confirm_release;
 mod helpers;
 mod isolation;
 mod load;
+mod pool;
 mod pre_deduct;
 mod reads;
 mod scripts;
