@@ -52,6 +52,7 @@ impl Application {
         let writer = Arc::new(OrderWriter::new(
             db,
             cache,
+            consumer.batch_size as usize,
             writer_runtime.handle(),
             consumer.max_reconsume_times,
         ));

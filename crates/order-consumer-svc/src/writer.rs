@@ -6,10 +6,11 @@
 //! redelivers it after its backoff — the write is idempotent, so redelivery is harmless.
 //!
 //! Traces: the batch's span (`consume_batch`) is a child of the first message's trace and
-//! links to the others; it holds the MySQL transaction (`db.write_orders`) and the Redis
-//! confirmation. Each order also gets a `consume_order` span in its own purchase's trace,
-//! open while its batch is written and linked to the batch, so every purchase's trace
-//! shows the consumer, whichever batch carried it.
+//! links to the others; it holds the MySQL transactions (`db.write_orders`, at most
+//! `consumer.batch_size` orders each) and the Redis confirmation. While traces are
+//! exported, each order also gets a `consume_order` span in its own purchase's trace, open
+//! while its batch is written and linked to the batch, so every purchase's trace shows the
+//! consumer, whichever batch carried it.
 
 use std::time::Instant;
 
@@ -24,6 +25,9 @@ use tracing::Instrument;
 pub struct OrderWriter {
     db: Db,
     cache: StockCache,
+    /// At most this many orders in one MySQL transaction (the consumer's `batch_size`): a
+    /// batch of messages that carry several orders each is written in several.
+    orders_per_transaction: usize,
     /// The client calls `handle` on its own blocking threads; the async work runs here.
     runtime: Handle,
     /// The consumer group's `max_reconsume_times`: a message handed back at this count goes
@@ -62,6 +66,10 @@ fn batch_span(batch: &[Delivery]) -> tracing::Span {
     if let Some(first) = traceparents.next() {
         telemetry::adopt_traceparent(&span, first);
     }
+    // Links are seen only in exported traces; a batch can have hundreds.
+    if !telemetry::exporting() {
+        return span;
+    }
     for other in traceparents {
         telemetry::link_traceparent(&span, other);
     }
@@ -69,10 +77,17 @@ fn batch_span(batch: &[Delivery]) -> tracing::Span {
 }
 
 impl OrderWriter {
-    pub fn new(db: Db, cache: StockCache, runtime: Handle, max_reconsume_times: i32) -> Self {
+    pub fn new(
+        db: Db,
+        cache: StockCache,
+        orders_per_transaction: usize,
+        runtime: Handle,
+        max_reconsume_times: i32,
+    ) -> Self {
         Self {
             db,
             cache,
+            orders_per_transaction: orders_per_transaction.max(1),
             runtime,
             max_reconsume_times,
         }
@@ -115,32 +130,27 @@ impl OrderWriter {
             }
         }
         // Open until the batch is written (or not): each purchase's trace shows its wait.
-        let order_spans = order_spans(&decoded);
-        let mut orders: Vec<OrderPlaced> = decoded.iter().map(|(_, o)| o.clone()).collect();
+        // Made only while traces are exported: nobody else sees them, and they cost per order.
+        let order_spans = if telemetry::exporting() {
+            order_spans(&decoded)
+        } else {
+            Vec::new()
+        };
 
         platform::crash_point!("consumer::before_commit");
-        let summary = match self
-            .db
-            .write_orders(&orders)
-            .instrument(db_span(orders.len()))
-            .await
-        {
-            Ok(summary) => summary,
-            // Some order decodes but can never be stored (a quantity or time beyond what the
-            // columns hold); the store checks before writing anything. Written one by one,
-            // only those are rejected instead of holding the whole batch back until the DLQ.
-            Err(StoreError::InvalidData(_)) => match self.write_one_by_one(decoded).await {
-                Some((summary, written)) => {
-                    orders = written;
-                    summary
-                }
-                None => return BatchVerdict::RetryLater,
-            },
-            Err(error) => {
-                refused(&error);
+        let mut summary = WriteSummary::default();
+        let mut orders = Vec::with_capacity(decoded.len());
+        // A failure after some transactions committed hands the whole batch back: the
+        // redelivery finds those orders written and skips them.
+        for chunk in decoded.chunks(self.orders_per_transaction) {
+            let Some((written, chunk_orders)) = self.write_chunk(chunk).await else {
                 return BatchVerdict::RetryLater;
-            }
-        };
+            };
+            summary.inserted += written.inserted;
+            summary.duplicates += written.duplicates;
+            summary.stock_left.extend(written.stock_left);
+            orders.extend(chunk_orders);
+        }
         platform::crash_point!("consumer::after_commit");
         metrics::counter!("seckill_orders_written_total").increment(summary.inserted as u64);
         metrics::counter!("seckill_orders_duplicate_total").increment(summary.duplicates as u64);
@@ -165,12 +175,38 @@ impl OrderWriter {
             duplicates = summary.duplicates,
             "Order batch written."
         );
-        // `seckill_stock_left{store="mysql"}`: what the batch's own transaction left, so the
-        // dashboard's MySQL line follows the sale to its end at no extra query.
+        // `seckill_stock_left{store="mysql"}`: what the batch's own transactions left (the
+        // last one's last), so the dashboard's MySQL line follows the sale to its end at no
+        // extra query.
         for (product, units) in &summary.stock_left {
             platform::ops::record_stock(product.get(), "mysql", *units);
         }
         BatchVerdict::Done
+    }
+
+    /// One MySQL transaction; `None` when the batch must go back. The orders written come
+    /// back with the summary.
+    async fn write_chunk(
+        &self,
+        chunk: &[(&Delivery, OrderPlaced)],
+    ) -> Option<(WriteSummary, Vec<OrderPlaced>)> {
+        let orders: Vec<OrderPlaced> = chunk.iter().map(|(_, o)| o.clone()).collect();
+        match self
+            .db
+            .write_orders(&orders)
+            .instrument(db_span(orders.len()))
+            .await
+        {
+            Ok(summary) => Some((summary, orders)),
+            // Some order decodes but can never be stored (a quantity or time beyond what the
+            // columns hold); the store checks before writing anything. Written one by one,
+            // only those are rejected instead of holding the whole batch back until the DLQ.
+            Err(StoreError::InvalidData(_)) => self.write_one_by_one(chunk).await,
+            Err(error) => {
+                refused(&error);
+                None
+            }
+        }
     }
 
     /// Records a message that can never be written; false when even that failed (the
@@ -194,14 +230,14 @@ impl OrderWriter {
     /// redelivery skips it).
     async fn write_one_by_one(
         &self,
-        decoded: Vec<(&Delivery, OrderPlaced)>,
+        chunk: &[(&Delivery, OrderPlaced)],
     ) -> Option<(WriteSummary, Vec<OrderPlaced>)> {
         let mut summary = WriteSummary::default();
-        let mut written = Vec::with_capacity(decoded.len());
-        for (delivery, order) in decoded {
+        let mut written = Vec::with_capacity(chunk.len());
+        for (delivery, order) in chunk {
             match self
                 .db
-                .write_orders(std::slice::from_ref(&order))
+                .write_orders(std::slice::from_ref(order))
                 .instrument(db_span(1))
                 .await
             {
@@ -209,7 +245,7 @@ impl OrderWriter {
                     summary.inserted += one.inserted;
                     summary.duplicates += one.duplicates;
                     summary.stock_left.extend(one.stock_left);
-                    written.push(order);
+                    written.push(order.clone());
                 }
                 Err(StoreError::InvalidData(reason)) => {
                     if !self.reject(delivery, &reason).await {

@@ -75,10 +75,14 @@ impl TestWriter {
     }
 }
 
+/// The writers' transaction size in these tests: small, so that a test can span several.
+pub const ORDERS_PER_TRANSACTION: usize = 8;
+
 pub fn writer_on(db: Db, cache: StockCache) -> Arc<OrderWriter> {
     Arc::new(OrderWriter::new(
         db,
         cache,
+        ORDERS_PER_TRANSACTION,
         tokio::runtime::Handle::current(),
         16,
     ))
@@ -118,6 +122,16 @@ pub fn delivery(order: &OrderPlaced) -> Delivery {
         body: order.encode(),
         reconsume_times: 0,
         traceparent: None,
+    }
+}
+
+/// One delivery carrying all of `orders`, as the gateway sends winners who share a message.
+pub fn message(orders: &[OrderPlaced]) -> Delivery {
+    let tokens: Vec<String> = orders.iter().map(|o| o.order_token.to_string()).collect();
+    Delivery {
+        key: Some(tokens.join(" ")),
+        body: OrderPlaced::encode_all(orders),
+        ..delivery(&orders[0])
     }
 }
 

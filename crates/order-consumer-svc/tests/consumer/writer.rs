@@ -3,13 +3,14 @@
 
 use std::time::{Duration, Instant};
 
-use domain::{OrderPlaced, ProductId};
+use domain::ProductId;
 use order_queue::{BatchVerdict, Delivery};
 use order_store::Db;
 use stock_cache::StockCache;
 
 use crate::helpers::{
-    TestWriter, deliveries, delivery, handle, malformed, order, orders, writer_on,
+    ORDERS_PER_TRANSACTION, TestWriter, deliveries, delivery, handle, malformed, message, order,
+    orders, writer_on,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -42,17 +43,7 @@ async fn every_order_of_a_message_carrying_several_is_written_once_even_when_red
     let t = TestWriter::new().await;
     t.put_product(1, 10).await;
     let several = orders(1, 5);
-    let message = Delivery {
-        key: Some(
-            several
-                .iter()
-                .map(|o| o.order_token.to_string())
-                .collect::<Vec<_>>()
-                .join(" "),
-        ),
-        body: OrderPlaced::encode_all(&several),
-        ..delivery(&several[0])
-    };
+    let message = message(&several);
     let alone = orders(1, 1);
     let batch = [message.clone(), delivery(&alone[0])];
 
@@ -70,6 +61,47 @@ async fn every_order_of_a_message_carrying_several_is_written_once_even_when_red
         );
     }
     assert!(t.rejected().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_more_orders_than_one_transaction_takes_is_written_whole() {
+    let t = TestWriter::new().await;
+    t.put_product(1, 30).await;
+    let all = orders(1, 21);
+    assert!(all.len() > ORDERS_PER_TRANSACTION);
+    let batch: Vec<Delivery> = all.chunks(7).map(message).collect();
+
+    assert_eq!(t.handle(&batch).await, BatchVerdict::Done);
+
+    assert_eq!(t.order_count(1).await, 21);
+    assert_eq!(t.stock_flow_rows(1).await, 21);
+    assert_eq!(t.mysql_stock(1).await, 9);
+    for order in &all {
+        assert!(
+            t.confirmed(&order.order_token).await,
+            "{}",
+            order.order_token
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_refused_part_way_keeps_what_it_wrote_and_writes_nothing_twice_when_redelivered() {
+    let t = TestWriter::new().await;
+    t.put_product(1, 10).await;
+    t.put_product(2, 1).await;
+    // The first transaction's orders, then one more than product 2 has left.
+    let first = orders(1, ORDERS_PER_TRANSACTION as u64);
+    let second = orders(2, 2);
+    let batch = [message(&first), message(&second)];
+
+    assert_eq!(t.handle(&batch).await, BatchVerdict::RetryLater);
+    assert_eq!(t.handle(&batch).await, BatchVerdict::RetryLater);
+
+    assert_eq!(t.order_count(1).await, first.len() as i64);
+    assert_eq!(t.mysql_stock(1).await, 10 - first.len() as i64);
+    assert_eq!(t.order_count(2).await, 0);
+    assert_eq!(t.mysql_stock(2).await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
