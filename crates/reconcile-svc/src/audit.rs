@@ -158,15 +158,7 @@ impl Auditor {
             Some(product) => vec![product],
             None => self.db.product_ids().await?,
         };
-        let mut report = Report {
-            run_id,
-            policy: label.to_owned(),
-            started_at,
-            finished_at: String::new(),
-            status: String::new(),
-            products: Vec::new(),
-            discrepancies: Vec::new(),
-        };
+        let mut report = Report::new(run_id, label, started_at);
         let mut outcome = Ok(());
         for product in products {
             let mut findings = Vec::new();
@@ -181,13 +173,13 @@ impl Auditor {
                 }
             }
             self.record(run_id, &findings).await;
-            report.discrepancies.extend(findings);
+            report.add(findings);
             if outcome.is_err() {
                 break;
             }
         }
 
-        let status = match (&outcome, report.unresolved(), report.discrepancies.len()) {
+        let status = match (&outcome, report.unresolved(), report.discrepancy_count) {
             (Err(_), _, _) => RunStatus::Failed,
             (Ok(()), 0, 0) => RunStatus::Clean,
             (Ok(()), 0, _) => RunStatus::Repaired,
@@ -502,15 +494,10 @@ impl Auditor {
             Outcome::Repaired | Outcome::AlreadySettled => RunStatus::Repaired,
             Outcome::Unresolved | Outcome::WouldRepair => RunStatus::Unresolved,
         };
-        let report = Report {
-            run_id,
-            policy: label.to_owned(),
-            started_at: now_rfc3339(),
-            finished_at: now_rfc3339(),
-            status: status.as_str().to_owned(),
-            products: Vec::new(),
-            discrepancies: vec![finding.clone()],
-        };
+        let mut report = Report::new(run_id, label, now_rfc3339());
+        report.finished_at = now_rfc3339();
+        report.status = status.as_str().to_owned();
+        report.add([finding.clone()]);
         let json = serde_json::to_string(&report).expect("a report always serialises");
         self.db.finish_run(run_id, status, &json).await?;
         Ok(finding)

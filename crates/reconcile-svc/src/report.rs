@@ -6,6 +6,13 @@ use std::fmt::Write as _;
 use domain::reconcile::DiscrepancyKind;
 use serde::{Deserialize, Serialize};
 
+/// The most discrepancies a report lists; every one is in `reconcile_discrepancy` whatever
+/// the report shows. A run after a lost broker can find hundreds of thousands, and its
+/// report must still fit one row: MariaDB answers a statement larger than
+/// `max_allowed_packet` (16 MiB by default) by closing the connection, which the run saw as
+/// "Broken pipe" at its very end, after all its repairs.
+pub const LISTED_DISCREPANCIES: usize = 1_000;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub run_id: u64,
@@ -15,7 +22,14 @@ pub struct Report {
     /// clean | repaired | unresolved | failed
     pub status: String,
     pub products: Vec<ProductReport>,
+    /// The first [`LISTED_DISCREPANCIES`] found.
     pub discrepancies: Vec<Finding>,
+    /// Every discrepancy found, listed or not.
+    #[serde(default)]
+    pub discrepancy_count: u64,
+    /// Of those, the ones left as they were: reported, failed, or only planned by a dry run.
+    #[serde(default)]
+    pub unresolved_count: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -92,12 +106,37 @@ impl Outcome {
 }
 
 impl Report {
+    /// An empty report of a run that starts now.
+    pub fn new(run_id: u64, policy: &str, started_at: String) -> Self {
+        Self {
+            run_id,
+            policy: policy.to_owned(),
+            started_at,
+            finished_at: String::new(),
+            status: String::new(),
+            products: Vec::new(),
+            discrepancies: Vec::new(),
+            discrepancy_count: 0,
+            unresolved_count: 0,
+        }
+    }
+
+    /// Counts `findings` and lists them while the list has room.
+    pub fn add(&mut self, findings: impl IntoIterator<Item = Finding>) {
+        for finding in findings {
+            self.discrepancy_count += 1;
+            if matches!(finding.outcome, Outcome::Unresolved | Outcome::WouldRepair) {
+                self.unresolved_count += 1;
+            }
+            if self.discrepancies.len() < LISTED_DISCREPANCIES {
+                self.discrepancies.push(finding);
+            }
+        }
+    }
+
     /// Discrepancies left as they were: reported, failed, or only planned by a dry run.
-    pub fn unresolved(&self) -> usize {
-        self.discrepancies
-            .iter()
-            .filter(|f| matches!(f.outcome, Outcome::Unresolved | Outcome::WouldRepair))
-            .count()
+    pub fn unresolved(&self) -> u64 {
+        self.unresolved_count
     }
 
     /// A table a person reads at a glance.
@@ -154,12 +193,57 @@ impl Report {
                 );
             }
         }
+        let unlisted = self.discrepancy_count - self.discrepancies.len() as u64;
+        if unlisted > 0 {
+            let _ = writeln!(
+                out,
+                "… and {unlisted} more, in reconcile_discrepancy (run_id {})",
+                self.run_id
+            );
+        }
         let _ = writeln!(
             out,
             "{} discrepancies, {} unresolved",
-            self.discrepancies.len(),
+            self.discrepancy_count,
             self.unresolved()
         );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn missing_order(n: usize, outcome: Outcome) -> Finding {
+        Finding {
+            product_id: 7,
+            kind: DiscrepancyKind::MissingOrder,
+            order_token: Some(format!("7-{n:032x}")),
+            action: Action::Republish,
+            outcome,
+            detail: "x".repeat(200),
+        }
+    }
+
+    #[test]
+    fn a_report_lists_the_first_thousand_discrepancies_and_counts_them_all() {
+        let mut report = Report::new(1, "republish", "now".into());
+        let extra = 500;
+        report.add((0..LISTED_DISCREPANCIES).map(|n| missing_order(n, Outcome::Repaired)));
+        report.add((0..extra).map(|n| missing_order(n, Outcome::Unresolved)));
+
+        assert_eq!(report.discrepancies.len(), LISTED_DISCREPANCIES);
+        assert_eq!(
+            report.discrepancy_count,
+            (LISTED_DISCREPANCIES + extra) as u64
+        );
+        assert_eq!(report.unresolved(), extra as u64);
+        let table = report.to_table();
+        assert!(table.contains("… and 500 more"), "{table}");
+        assert!(
+            table.contains("1500 discrepancies, 500 unresolved"),
+            "{table}"
+        );
     }
 }
