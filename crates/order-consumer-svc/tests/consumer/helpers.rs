@@ -70,6 +70,17 @@ impl TestWriter {
         self.cache().order_view(token).await.unwrap().confirmed
     }
 
+    /// Every one of `orders` is marked confirmed in Redis.
+    pub async fn assert_confirmed<'a>(&self, orders: impl IntoIterator<Item = &'a OrderPlaced>) {
+        for order in orders {
+            assert!(
+                self.confirmed(&order.order_token).await,
+                "{} is not marked confirmed",
+                order.order_token
+            );
+        }
+    }
+
     pub async fn rejected(&self) -> Vec<RejectedRow> {
         rejected(&self.stack).await
     }

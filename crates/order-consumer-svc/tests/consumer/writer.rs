@@ -29,12 +29,8 @@ async fn a_batch_of_valid_orders_is_written_deducted_and_marked_confirmed() {
         assert_eq!(row.user_id, order.user_id);
         assert_eq!(row.quantity, 1);
         assert_eq!(row.status, "confirmed");
-        assert!(
-            t.confirmed(&order.order_token).await,
-            "{}",
-            order.order_token
-        );
     }
+    t.assert_confirmed(&batch).await;
     assert!(t.rejected().await.is_empty());
 }
 
@@ -53,13 +49,7 @@ async fn every_order_of_a_message_carrying_several_is_written_once_even_when_red
     assert_eq!(t.order_count(1).await, 6);
     assert_eq!(t.stock_flow_rows(1).await, 6);
     assert_eq!(t.mysql_stock(1).await, 4);
-    for order in several.iter().chain(&alone) {
-        assert!(
-            t.confirmed(&order.order_token).await,
-            "{}",
-            order.order_token
-        );
-    }
+    t.assert_confirmed(several.iter().chain(&alone)).await;
     assert!(t.rejected().await.is_empty());
 }
 
@@ -76,13 +66,7 @@ async fn a_batch_of_more_orders_than_one_transaction_takes_is_written_whole() {
     assert_eq!(t.order_count(1).await, 21);
     assert_eq!(t.stock_flow_rows(1).await, 21);
     assert_eq!(t.mysql_stock(1).await, 9);
-    for order in &all {
-        assert!(
-            t.confirmed(&order.order_token).await,
-            "{}",
-            order.order_token
-        );
-    }
+    t.assert_confirmed(&all).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -171,9 +155,7 @@ async fn a_malformed_body_is_recorded_as_rejected_while_the_valid_orders_of_its_
     assert_eq!(t.order_count(1).await, 2);
     assert_eq!(t.stock_flow_rows(1).await, 2);
     assert_eq!(t.mysql_stock(1).await, 8);
-    for order in &valid {
-        assert!(t.confirmed(&order.order_token).await);
-    }
+    t.assert_confirmed(&valid).await;
     let rejected = t.rejected().await;
     assert_eq!(rejected.len(), 1, "{rejected:?}");
     assert_eq!(rejected[0].msg_id, "bad-1");
@@ -321,9 +303,7 @@ async fn an_order_the_store_cannot_hold_is_rejected_without_holding_back_its_bat
     assert_eq!(t.order_count(1).await, 3);
     assert_eq!(t.stock_flow_rows(1).await, 3);
     assert_eq!(t.mysql_stock(1).await, 7);
-    for order in &valid {
-        assert!(t.confirmed(&order.order_token).await);
-    }
+    t.assert_confirmed(&valid).await;
     assert!(!t.confirmed(&huge.order_token).await);
     let rejected = t.rejected().await;
     let ids: Vec<&str> = rejected.iter().map(|r| r.msg_id.as_str()).collect();
