@@ -146,9 +146,7 @@ impl OrderWriter {
             let Some((written, chunk_orders)) = self.write_chunk(chunk).await else {
                 return BatchVerdict::RetryLater;
             };
-            summary.inserted += written.inserted;
-            summary.duplicates += written.duplicates;
-            summary.stock_left.extend(written.stock_left);
+            summary.absorb(written);
             orders.extend(chunk_orders);
         }
         platform::crash_point!("consumer::after_commit");
@@ -242,9 +240,7 @@ impl OrderWriter {
                 .await
             {
                 Ok(one) => {
-                    summary.inserted += one.inserted;
-                    summary.duplicates += one.duplicates;
-                    summary.stock_left.extend(one.stock_left);
+                    summary.absorb(one);
                     written.push(order.clone());
                 }
                 Err(StoreError::InvalidData(reason)) => {

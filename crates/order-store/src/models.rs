@@ -105,6 +105,16 @@ pub struct WriteSummary {
     pub stock_left: Vec<(ProductId, i64)>,
 }
 
+impl WriteSummary {
+    /// Adds what a later transaction did: its counts, and its stock readings after ours
+    /// (so the last reading of a product is the latest).
+    pub fn absorb(&mut self, later: WriteSummary) {
+        self.inserted += later.inserted;
+        self.duplicates += later.duplicates;
+        self.stock_left.extend(later.stock_left);
+    }
+}
+
 /// What MySQL holds for one order token, for reconcile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OrderFacts {
