@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Compares two gateway builds in one run, in alternating rounds, on the two paths that do not
+# wait for the broker: rejections after sell-out (the sold-out flag) and purchases refused by
+# pre_deduct (re-used tokens, DUPLICATE). A bare actix-web handler runs the rejection script
+# too, for the ratio. Usage (the local stack up, nothing else on port 8080):
+#   deploy/bench/ab-gateway.sh BEFORE_GATEWAY_BINARY AFTER_GATEWAY_BINARY
+# The other binaries (consumer, sale-sim, seckill-bench) come from $BIN_DIR (default: the
+# release build). ROUNDS (4) rounds of WRK_SECS (8) s each; prints each figure per round.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "${here}/../.." && pwd)"
+before="${1:?the gateway binary before the change}"
+after="${2:?the gateway binary after the change}"
+bin_dir="${BIN_DIR:-${CARGO_TARGET_DIR:-${HOME}/.cache/seckill/target}/release}"
+rounds="${ROUNDS:-4}"
+wrk_secs="${WRK_SECS:-8}"
+work="$(mktemp -d)"
+gateway="http://127.0.0.1:8080"
+bare="127.0.0.1:18090"
+
+export SECKILL_CONFIG_DIR="${repo}/config" RUST_LOG=warn
+# As in make bench: wrk re-uses 1,000 buyers at tens of thousands of requests/s.
+export SECKILL_RATE_LIMIT__USER_PER_SEC=1000000 SECKILL_RATE_LIMIT__USER_BURST=1000000 \
+  SECKILL_RATE_LIMIT__GLOBAL_PER_SEC=10000000
+
+pids=()
+cleanup() {
+  ((${#pids[@]})) && kill "${pids[@]}" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+gateway_pid=""
+start_gateway() { # start_gateway BINARY
+  "$1" >>"${work}/gateway.log" 2>&1 &
+  gateway_pid=$!
+  for _ in $(seq 1 100); do
+    curl -fs "${gateway}/readyz" >/dev/null && return
+    sleep 0.1
+  done
+  echo "ab-gateway: $1 did not become ready (log: ${work}/gateway.log)" >&2
+  exit 1
+}
+stop_gateway() {
+  kill "$gateway_pid"
+  wait "$gateway_pid" || true
+}
+wrk_rate() { # wrk_rate TOKENS PRODUCT URL: requests/s of one wrk pass with the purchase script
+  BENCH_TOKENS="$1" BENCH_PRODUCT="$2" wrk -t2 -c64 -d"${wrk_secs}s" -s "${here}/purchase.lua" "$3" |
+    awk '/Requests\/sec/ { print $2 }'
+}
+
+"${bin_dir}/order-consumer-svc" >"${work}/consumer.log" 2>&1 &
+pids+=($!)
+stamp="$(date +%s)"
+sold_out=$((stamp * 10 + 1))
+duplicate=$((stamp * 10 + 2))
+start_gateway "$after"
+"${bin_dir}/sale-sim" --gateway "$gateway" --no-progress --buyers 2 --stock 1 --product "$sold_out" >/dev/null || true
+"${bin_dir}/sale-sim" --gateway "$gateway" --no-progress --buyers 1 --stock 100000000 --product "$duplicate" >/dev/null || true
+"${bin_dir}/seckill-bench" sign-tokens --product "$sold_out" --users 1000 --first-user 1 --out "${work}/sold-out.txt"
+"${bin_dir}/seckill-bench" sign-tokens --product "$duplicate" --users 1000 --first-user 1001 --out "${work}/duplicate.txt"
+# First use of each token: the winners (sent to the broker); afterwards every use is DUPLICATE.
+wrk_rate "${work}/duplicate.txt" "$duplicate" "$gateway" >/dev/null
+stop_gateway
+"${bin_dir}/seckill-bench" bare-http --listen "$bare" >/dev/null 2>&1 &
+pids+=($!)
+sleep 1
+
+declare -A figures
+for round in $(seq 1 "$rounds"); do
+  for side in before after; do
+    binary="$before"
+    [[ $side == after ]] && binary="$after"
+    start_gateway "$binary"
+    # One refusal from Redis raises this gateway's sold-out flag.
+    read -r user token <"${work}/sold-out.txt"
+    curl -s -o /dev/null -X POST "${gateway}/api/v1/products/${sold_out}/purchase" \
+      -H 'Content-Type: application/json' -H "X-User-Id: ${user}" \
+      -d "{\"token\":\"${token}\",\"quantity\":1}"
+    figures[reject-$side]+="$(wrk_rate "${work}/sold-out.txt" "$sold_out" "$gateway") "
+    figures[duplicate-$side]+="$(wrk_rate "${work}/duplicate.txt" "$duplicate" "$gateway") "
+    stop_gateway
+  done
+  figures[reject-bare]+="$(wrk_rate "${work}/sold-out.txt" "$sold_out" "http://${bare}") "
+  echo "ab-gateway: round ${round}/${rounds} done" >&2
+done
+
+for name in reject-before reject-after reject-bare duplicate-before duplicate-after; do
+  echo "${name}: ${figures[$name]}"
+done
