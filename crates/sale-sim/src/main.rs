@@ -56,13 +56,14 @@ struct Cli {
     rate: Option<f64>,
 }
 
-/// 1,000,000 + seconds of the clock mod 1,000,000: a product id of its own for every run
-/// within 11 days, clear of the small ids people type by hand.
+/// The clock's milliseconds since the epoch: a product id of its own for every run, also for
+/// runs started within the same second (seconds would make the second one a restock of the
+/// first, whose buyers already hold their limit), and clear of the small ids people type by
+/// hand.
 fn product_from_clock() -> u64 {
-    let secs = SystemTime::now()
+    SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    1_000_000 + secs % 1_000_000
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[tokio::main]
