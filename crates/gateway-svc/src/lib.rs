@@ -7,10 +7,6 @@
 //! - [`purchase`]: the purchase path and the transaction listener (confirm.lua).
 //! - [`identity`], [`rate_limit`], [`sold_out`]: the cheap filters in front of Redis.
 
-// Proving Send for the RocketMQ client's types (push consumer, producer) nests deeper
-// than the default limit of 128 once the order batcher's task holds a publisher.
-#![recursion_limit = "256"]
-
 pub mod error;
 pub mod identity;
 pub mod openapi;

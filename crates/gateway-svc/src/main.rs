@@ -1,7 +1,3 @@
-// Proving Send for the RocketMQ client's types (push consumer, producer) nests deeper
-// than the default limit of 128 once the order batcher's task holds a publisher.
-#![recursion_limit = "256"]
-
 use gateway_svc::Application;
 
 #[actix_web::main]

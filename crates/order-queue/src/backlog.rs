@@ -10,17 +10,38 @@
 //! schedule topic until they reappear in the retry topic) and messages in the DLQ. The
 //! first reappear within the delay; the second are reconcile's (missing orders).
 
+use std::future::Future;
+use std::pin::Pin;
+
 use rocketmq_client_rust::{DefaultMQAdminExt, MQAdminReadExt};
 use tokio::sync::Mutex;
 
 use crate::{MqError, MqRuntime, MqSettings, Result};
 
 pub struct OrderBacklog {
+    probe: Box<dyn Probe>,
+}
+
+/// The admin client behind an [`OrderBacklog`], as a trait object: like the publisher's
+/// producers (see `publisher::Producers`), so that a service sharing the backlog between
+/// threads does not prove the client's deeply nested types `Send + Sync` itself.
+trait Probe: Send + Sync {
+    fn pending(&self) -> Pin<Box<dyn Future<Output = Result<u64>> + Send + '_>>;
+    fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+}
+
+struct AdminProbe {
     /// Starting and stopping take it mutably; a question now and then (an operator's reload)
     /// does not need to run in parallel.
     admin: Mutex<DefaultMQAdminExt>,
     topic: String,
     consumer_group: String,
+}
+
+impl std::fmt::Debug for OrderBacklog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrderBacklog").finish_non_exhaustive()
+    }
 }
 
 /// The broker id of a master in a route.
@@ -38,9 +59,11 @@ impl OrderBacklog {
             .await
             .map_err(MqError::client("backlog probe start"))?;
         Ok(Self {
-            admin: Mutex::new(admin),
-            topic: settings.topic.clone(),
-            consumer_group: settings.consumer_group.clone(),
+            probe: Box::new(AdminProbe {
+                admin: Mutex::new(admin),
+                topic: settings.topic.clone(),
+                consumer_group: settings.consumer_group.clone(),
+            }),
         })
     }
 
@@ -53,6 +76,27 @@ impl OrderBacklog {
     /// started, or none running) would look drained with its whole queue ahead of it. A
     /// queue the group has never committed counts from its start.
     pub async fn pending(&self) -> Result<u64> {
+        self.probe.pending().await
+    }
+
+    /// Call before [`MqRuntime::shutdown`].
+    pub async fn shutdown(&self) {
+        self.probe.shutdown().await;
+    }
+}
+
+impl Probe for AdminProbe {
+    fn pending(&self) -> Pin<Box<dyn Future<Output = Result<u64>> + Send + '_>> {
+        Box::pin(self.pending_messages())
+    }
+
+    fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async { MQAdminReadExt::shutdown(&mut *self.admin.lock().await).await })
+    }
+}
+
+impl AdminProbe {
+    async fn pending_messages(&self) -> Result<u64> {
         let admin = self.admin.lock().await;
         let route = admin
             .examine_topic_route_info(self.topic.as_str().into())
@@ -92,10 +136,5 @@ impl OrderBacklog {
             }
         }
         Ok(pending)
-    }
-
-    /// Call before [`MqRuntime::shutdown`].
-    pub async fn shutdown(&self) {
-        MQAdminReadExt::shutdown(&mut *self.admin.lock().await).await;
     }
 }

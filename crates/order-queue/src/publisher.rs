@@ -10,6 +10,8 @@
 //! order). The check-back is what makes the outcome reliable, so it must give the same answer
 //! `execute` would have (both run confirm.lua in the gateway).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -128,8 +130,29 @@ const CHECK_WORKERS: u32 = 8;
 /// Sends order messages. Cheap to clone and share; every method takes `&self`.
 #[derive(Clone)]
 pub struct OrderPublisher {
-    inner: Arc<Inner>,
+    producers: Arc<dyn Producers>,
 }
+
+/// The producers behind an [`OrderPublisher`], as a trait object. The client's types nest
+/// deeply (client instance, consumers, their queue maps), and a crate that holds a publisher
+/// in something it shares between threads would otherwise prove them `Send + Sync` itself
+/// and overflow the compiler's default recursion limit. Behind `dyn`, the proof is made once,
+/// here, where the concrete type becomes the trait object.
+trait Producers: Send + Sync {
+    fn topic(&self) -> &str;
+    fn send_in_transaction<'a>(
+        &'a self,
+        orders: &'a [OrderPlaced],
+    ) -> BoxFuture<'a, Result<TxDecision>>;
+    fn publish<'a>(
+        &'a self,
+        order: &'a OrderPlaced,
+        traceparent: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<()>>;
+    fn shutdown(&self) -> BoxFuture<'_, ()>;
+}
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 struct Inner {
     topic: String,
@@ -148,8 +171,7 @@ struct Inner {
 impl std::fmt::Debug for OrderPublisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OrderPublisher")
-            .field("topic", &self.inner.topic)
-            .field("tag", &self.inner.tag)
+            .field("topic", &self.producers.topic())
             .finish_non_exhaustive()
     }
 }
@@ -182,7 +204,7 @@ impl OrderPublisher {
             "Transactional producer started."
         );
         Ok(Self {
-            inner: Arc::new(Inner {
+            producers: Arc::new(Inner {
                 topic: settings.topic.clone(),
                 tag: settings.tag.clone(),
                 name_server: settings.name_server.clone(),
@@ -206,9 +228,56 @@ impl OrderPublisher {
     /// the broker have stored it after all, its check-back finds them released and rolls
     /// it back.
     pub async fn send_in_transaction(&self, orders: &[OrderPlaced]) -> Result<TxDecision> {
+        self.producers.send_in_transaction(orders).await
+    }
+
+    /// Sends `order` as a plain, immediately visible message (reconcile's re-publish of a
+    /// confirmed order whose message never arrived; the consumer is idempotent, so a duplicate
+    /// is harmless). The plain producer starts on first use, in group
+    /// `<producer_group>-plain`.
+    pub async fn publish(&self, order: &OrderPlaced, traceparent: Option<&str>) -> Result<()> {
+        self.producers.publish(order, traceparent).await
+    }
+
+    /// Waits for sends in flight, then stops both producers; later sends fail with
+    /// [`MqError::ShutDown`]. Stopping the transactional producer also stops answering
+    /// check-backs from this process — other replicas of the group (or this one, restarted)
+    /// answer them. Idempotent.
+    pub async fn shutdown(&self) {
+        self.producers.shutdown().await;
+    }
+}
+
+impl Producers for Inner {
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    fn send_in_transaction<'a>(
+        &'a self,
+        orders: &'a [OrderPlaced],
+    ) -> BoxFuture<'a, Result<TxDecision>> {
+        Box::pin(self.send_transactional(orders))
+    }
+
+    fn publish<'a>(
+        &'a self,
+        order: &'a OrderPlaced,
+        traceparent: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.publish_plain(order, traceparent))
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.stop())
+    }
+}
+
+impl Inner {
+    async fn send_transactional(&self, orders: &[OrderPlaced]) -> Result<TxDecision> {
         let traceparent = orders.first().and_then(|o| o.traceparent.as_deref());
-        let message = orders_message(&self.inner.topic, &self.inner.tag, orders, traceparent)?;
-        let guard = self.inner.transactional.read().await;
+        let message = orders_message(&self.topic, &self.tag, orders, traceparent)?;
+        let guard = self.transactional.read().await;
         let producer = guard.as_ref().ok_or(MqError::ShutDown)?;
         let result = producer
             .send_message_in_transaction::<(), _>(message, None)
@@ -227,14 +296,10 @@ impl OrderPublisher {
         Ok(decision)
     }
 
-    /// Sends `order` as a plain, immediately visible message (reconcile's re-publish of a
-    /// confirmed order whose message never arrived; the consumer is idempotent, so a duplicate
-    /// is harmless). The plain producer starts on first use, in group
-    /// `<producer_group>-plain`.
-    pub async fn publish(&self, order: &OrderPlaced, traceparent: Option<&str>) -> Result<()> {
-        let message = order_message(&self.inner.topic, &self.inner.tag, order, traceparent)?;
+    async fn publish_plain(&self, order: &OrderPlaced, traceparent: Option<&str>) -> Result<()> {
+        let message = order_message(&self.topic, &self.tag, order, traceparent)?;
         self.ensure_plain_started().await?;
-        let guard = self.inner.plain.read().await;
+        let guard = self.plain.read().await;
         let PlainProducer::Running(producer) = &*guard else {
             return Err(MqError::ShutDown);
         };
@@ -250,26 +315,26 @@ impl OrderPublisher {
     }
 
     async fn ensure_plain_started(&self) -> Result<()> {
-        if !matches!(*self.inner.plain.read().await, PlainProducer::NotStarted) {
+        if !matches!(*self.plain.read().await, PlainProducer::NotStarted) {
             return Ok(());
         }
-        let mut guard = self.inner.plain.write().await;
+        let mut guard = self.plain.write().await;
         if !matches!(*guard, PlainProducer::NotStarted) {
             return Ok(());
         }
         let started = Instant::now();
-        let mut producer = DefaultMQProducer::builder(Arc::clone(&self.inner.client))
-            .producer_group(self.inner.plain_group.as_str())
-            .name_server_addr(self.inner.name_server.as_str())
-            .topics(vec![self.inner.topic.as_str().into()])
-            .send_msg_timeout(self.inner.send_timeout_ms)
+        let mut producer = DefaultMQProducer::builder(Arc::clone(&self.client))
+            .producer_group(self.plain_group.as_str())
+            .name_server_addr(self.name_server.as_str())
+            .topics(vec![self.topic.as_str().into()])
+            .send_msg_timeout(self.send_timeout_ms)
             .build();
         producer
             .start()
             .await
             .map_err(MqError::client("plain producer start"))?;
         info!(
-            producer_group = %self.inner.plain_group,
+            producer_group = %self.plain_group,
             elapsed_ms = started.elapsed().as_millis(),
             "Plain producer started."
         );
@@ -277,16 +342,12 @@ impl OrderPublisher {
         Ok(())
     }
 
-    /// Waits for sends in flight, then stops both producers; later sends fail with
-    /// [`MqError::ShutDown`]. Stopping the transactional producer also stops answering
-    /// check-backs from this process — other replicas of the group (or this one, restarted)
-    /// answer them. Idempotent.
-    pub async fn shutdown(&self) {
-        if let Some(mut producer) = self.inner.transactional.write().await.take() {
+    async fn stop(&self) {
+        if let Some(mut producer) = self.transactional.write().await.take() {
             producer.shutdown().await;
             info!("Transactional producer shut down.");
         }
-        let mut plain = self.inner.plain.write().await;
+        let mut plain = self.plain.write().await;
         if let PlainProducer::Running(mut producer) =
             std::mem::replace(&mut *plain, PlainProducer::ShutDown)
         {

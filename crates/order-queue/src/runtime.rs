@@ -6,6 +6,8 @@
 //! and consumer built on it — dropping a Tokio runtime inside an async context panics, so the
 //! runtime is only ever released through `shutdown_background`, which is safe there.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use rocketmq_client_rust::{ClientRuntime, ClientRuntimeConfig, TelemetryHandle};
@@ -70,19 +72,25 @@ impl MqRuntime {
     /// the runtime's shutdown timeouts, 30 s each by default) and releases the runtime in the
     /// background. Shut publishers and subscribers down first: this cuts off whatever they
     /// still have in flight. Unhealthy reports (tasks that had to be aborted) are logged.
-    pub async fn shutdown(self) {
-        let Self { owner, client } = self;
-        let report = client.shutdown().await;
-        if !report.is_healthy() {
-            warn!(report = %report.to_json(), "RocketMQ client runtime did not stop cleanly.");
-        }
-        drop(client);
-        let report = owner.shutdown_tasks().await;
-        if !report.is_healthy() {
-            warn!(report = %report.to_json(), "RocketMQ runtime tasks did not stop cleanly.");
-        }
-        // Logs its own report when unhealthy.
-        let _report = owner.shutdown_background();
-        info!("RocketMQ client runtime shut down.");
+    ///
+    /// The future is boxed: the client's own shutdown nests deeply, and a caller awaiting it
+    /// inline would compute its layout as part of its own, past the compiler's default
+    /// recursion limit.
+    pub fn shutdown(self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(async move {
+            let Self { owner, client } = self;
+            let report = client.shutdown().await;
+            if !report.is_healthy() {
+                warn!(report = %report.to_json(), "RocketMQ client runtime did not stop cleanly.");
+            }
+            drop(client);
+            let report = owner.shutdown_tasks().await;
+            if !report.is_healthy() {
+                warn!(report = %report.to_json(), "RocketMQ runtime tasks did not stop cleanly.");
+            }
+            // Logs its own report when unhealthy.
+            let _report = owner.shutdown_background();
+            info!("RocketMQ client runtime shut down.");
+        })
     }
 }

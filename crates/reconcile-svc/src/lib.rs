@@ -6,10 +6,6 @@
 //! - [`report`]: the JSON report and the terminal table.
 //! - [`startup`]: wiring, the daemon's schedule and its HTTP endpoints.
 
-// The audit future nests deeply (per product: scan, join, repairs); the default limit of
-// 128 is not enough to compute its layout in release builds.
-#![recursion_limit = "256"]
-
 pub mod audit;
 pub mod report;
 pub mod startup;

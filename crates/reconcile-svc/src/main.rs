@@ -1,6 +1,3 @@
-// See lib.rs: the audit future needs a deeper layout computation in release builds.
-#![recursion_limit = "256"]
-
 use clap::{Parser, Subcommand};
 use domain::{OrderToken, ProductId};
 use reconcile_svc::report::Report;

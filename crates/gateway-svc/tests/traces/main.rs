@@ -7,10 +7,6 @@
 //! binary, configured the standard way (`OTEL_EXPORTER_OTLP_ENDPOINT`), and flushes its
 //! spans when SIGTERM stops it.
 
-// Proving Send for the RocketMQ client's types (push consumer, producer) nests deeper
-// than the default limit of 128 once the order batcher's task holds a publisher.
-#![recursion_limit = "256"]
-
 #[allow(dead_code)]
 #[path = "../api/helpers.rs"]
 mod helpers;
