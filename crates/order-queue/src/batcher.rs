@@ -4,10 +4,16 @@
 //! END_TRANSACTION a read-back, the real message and an op record) and the sender a hop to
 //! the client's blocking pool and back, whatever the message holds. So the gateway does not
 //! send each winner alone: [`OrderBatcher::send`] queues the order, and a single task sends
-//! what is queued — up to `max_orders` of one product per message — whenever one of
-//! `in_flight` sends is free. Nothing waits for a batch to fill: a lone buyer's order leaves
-//! at once, alone; under a crowd the orders that arrive while sends are busy leave together,
-//! so the broker's work follows the number of messages, not of winners.
+//! what is queued — up to `max_orders` of one product per message. Nothing waits for a batch
+//! to fill: a lone buyer's order leaves at once, alone.
+//!
+//! While a send is under way, the orders that arrive meanwhile wait for it to end and leave
+//! together — unless a quarter of a full message is waiting, which is worth a send of its
+//! own (up to `in_flight` at once). On a busy host the work per message is what the broker,
+//! the gateway and the consumer spend their CPU on: letting every free send leave at once
+//! made many small messages at a moderate rate, and more CPU per winner than under a crowd.
+//! The extra sends are still there for a crowd, and for a send that stalls (a broker
+//! hiccup): the winners queued behind it soon make a quarter message and leave on their own.
 //!
 //! Every order of a message shares its outcome: the local transaction confirms all of its
 //! flows or none (`confirm.lua`), a failed send fails them all, and each caller gets that
@@ -17,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use domain::{MAX_ORDERS_PER_MESSAGE, OrderPlaced, ProductId};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tracing::warn;
 
 use crate::{MqError, OrderPublisher, TxDecision};
@@ -27,8 +33,8 @@ use crate::{MqError, OrderPublisher, TxDecision};
 pub struct BatchTuning {
     /// Most orders in one message (at most `MAX_ORDERS_PER_MESSAGE`).
     pub max_orders: usize,
-    /// Most transactional sends under way at once. While all are busy, new winners queue,
-    /// and leave together when one is free.
+    /// Most transactional sends under way at once. A send beside another one starts only for
+    /// a quarter of `max_orders` waiting; fewer wait for the send under way to end.
     pub in_flight: usize,
 }
 
@@ -87,7 +93,7 @@ impl OrderBatcher {
             publisher,
             orders,
             max_orders,
-            Arc::new(Semaphore::new(tuning.in_flight.max(1))),
+            Sends::new(tuning.in_flight.max(1)),
         ));
         Self { queue }
     }
@@ -107,25 +113,65 @@ impl OrderBatcher {
     }
 }
 
+/// The transactional sends under way: at most `limit` at once, and a signal each time one
+/// ends.
+struct Sends {
+    permits: Arc<Semaphore>,
+    limit: usize,
+    ended: Arc<Notify>,
+}
+
+impl Sends {
+    fn new(limit: usize) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(limit)),
+            limit,
+            ended: Arc::new(Notify::new()),
+        }
+    }
+
+    async fn free(&self) -> Option<OwnedSemaphorePermit> {
+        self.permits.clone().acquire_owned().await.ok()
+    }
+
+    /// Sends under way, besides the caller's own permit.
+    fn others_under_way(&self) -> usize {
+        self.limit - self.permits.available_permits() - 1
+    }
+}
+
+/// A send beside another one needs at least `max_orders / OWN_SEND_FRACTION` orders.
+const OWN_SEND_FRACTION: usize = 4;
+
 async fn send_loop(
     publisher: Arc<OrderPublisher>,
     mut orders: mpsc::Receiver<Pending>,
     max_orders: usize,
-    sends: Arc<Semaphore>,
+    sends: Sends,
 ) {
+    let worth_a_send_of_its_own = max_orders.div_ceil(OWN_SEND_FRACTION);
     loop {
         // A free send first, then whatever has queued meanwhile: that is what batches.
-        let Ok(permit) = sends.clone().acquire_owned().await else {
+        let Some(permit) = sends.free().await else {
             return;
         };
         let Some(first) = orders.recv().await else {
             return;
         };
         let mut taken = vec![first];
-        while taken.len() < max_orders {
-            match orders.try_recv() {
-                Ok(pending) => taken.push(pending),
-                Err(_) => break,
+        take_queued(&mut orders, &mut taken, max_orders);
+        // Too few for a send of their own while another is under way: they gather until it
+        // ends or enough have come. (A stale `ended` signal only makes this message smaller.)
+        while taken.len() < worth_a_send_of_its_own && sends.others_under_way() > 0 {
+            tokio::select! {
+                () = sends.ended.notified() => break,
+                next = orders.recv() => match next {
+                    Some(pending) => {
+                        taken.push(pending);
+                        take_queued(&mut orders, &mut taken, max_orders);
+                    }
+                    None => break,
+                },
             }
         }
         let mut messages = by_product(taken).into_iter();
@@ -133,19 +179,31 @@ async fn send_loop(
         while let Some(message) = messages.next() {
             let permit = match permit.take() {
                 Some(permit) => permit,
-                None => match sends.clone().acquire_owned().await {
-                    Ok(permit) => permit,
-                    Err(_) => {
+                None => match sends.free().await {
+                    Some(permit) => permit,
+                    None => {
                         fail_all(message.into_iter().chain(messages.flatten()));
                         return;
                     }
                 },
             };
             let publisher = Arc::clone(&publisher);
+            let ended = Arc::clone(&sends.ended);
             tokio::spawn(async move {
                 send_one_message(&publisher, message).await;
                 drop(permit);
+                ended.notify_one();
             });
+        }
+    }
+}
+
+/// Moves what is queued into `taken`, up to `max_orders` in all, without waiting.
+fn take_queued(orders: &mut mpsc::Receiver<Pending>, taken: &mut Vec<Pending>, max_orders: usize) {
+    while taken.len() < max_orders {
+        match orders.try_recv() {
+            Ok(pending) => taken.push(pending),
+            Err(_) => break,
         }
     }
 }

@@ -1,5 +1,5 @@
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use domain::{OrderPlaced, OrderToken, ProductId, UserId};
@@ -55,14 +55,28 @@ pub struct Scripted {
     execute: Mutex<HashMap<OrderToken, TxDecision>>,
     check: Mutex<HashMap<OrderToken, TxDecision>>,
     pub checked_at: Mutex<Vec<(OrderToken, Instant)>>,
-    /// How many orders each executed message carried.
+    /// How many orders each executed message carried, in the order execution began.
     pub executed: Mutex<Vec<usize>>,
+    /// A message with this order is held in its local transaction until `release`.
+    held: Mutex<Option<OrderToken>>,
+    released: Condvar,
 }
 
 impl Scripted {
     pub fn script(&self, token: &OrderToken, execute: TxDecision, check: TxDecision) {
         self.execute.lock().unwrap().insert(token.clone(), execute);
         self.check.lock().unwrap().insert(token.clone(), check);
+    }
+
+    /// Holds the local transaction of the message carrying `token` (its send stays under
+    /// way) until [`Scripted::release`].
+    pub fn hold(&self, token: &OrderToken) {
+        *self.held.lock().unwrap() = Some(token.clone());
+    }
+
+    pub fn release(&self) {
+        *self.held.lock().unwrap() = None;
+        self.released.notify_all();
     }
 
     pub fn first_check_of(&self, token: &OrderToken) -> Option<Instant> {
@@ -80,6 +94,16 @@ impl LocalTransaction for Scripted {
     /// message).
     fn execute(&self, orders: &[OrderPlaced]) -> TxDecision {
         self.executed.lock().unwrap().push(orders.len());
+        let held = self.held.lock().unwrap();
+        let is_held = |held: &mut Option<OrderToken>| {
+            held.as_ref()
+                .is_some_and(|token| orders.iter().any(|o| &o.order_token == token))
+        };
+        let (_held, timeout) = self
+            .released
+            .wait_timeout_while(held, WAIT, is_held)
+            .unwrap();
+        assert!(!timeout.timed_out(), "a held send was never released");
         let decisions = self.execute.lock().unwrap();
         decisions
             .get(&orders[0].order_token)
