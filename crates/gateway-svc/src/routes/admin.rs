@@ -278,7 +278,11 @@ pub async fn get_product(
         .map_err(mysql)?
         .ok_or(ApiError::NotFound("product"))?;
     let redis_stock = state.cache.stock(product).await.map_err(redis)?;
-    let mysql_stock = state.db.stock(product).await.map_err(mysql)?;
+    let (mysql_stock, orders) = state
+        .db
+        .stock_and_order_count(product)
+        .await
+        .map_err(mysql)?;
     // An operator's look refreshes the dashboard's stock too.
     if let Some(units) = redis_stock {
         platform::ops::record_stock(product.get(), "redis", units);
@@ -292,7 +296,7 @@ pub async fn get_product(
         redis_stock,
         mysql_stock,
         flows: state.cache.flow_count(product).await.map_err(redis)?,
-        orders: state.db.order_count(product).await.map_err(mysql)?,
+        orders,
         sold_out: state.sold_out.is_sold_out(product),
     }))
 }

@@ -1,6 +1,7 @@
 //! Products and their stock row, as operators define them.
 
 use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Unsigned};
 use diesel_async::{AsyncConnection, RunQueryDsl};
 use domain::ProductId;
 
@@ -147,6 +148,30 @@ impl Db {
             .select(sum_quantity())
             .get_result(&mut conn)
             .await?)
+    }
+
+    /// The units left in MySQL (`None` without a stock row) and the product's order rows,
+    /// read by one statement, so from one snapshot. Read one after the other, a batch the
+    /// consumer committed in between would show in the second and not the first: a
+    /// drained sale would look short of stock deductions (or of orders) that are there.
+    pub async fn stock_and_order_count(&self, id: ProductId) -> Result<(Option<i64>, i64)> {
+        #[derive(QueryableByName)]
+        struct Totals {
+            #[diesel(sql_type = Nullable<BigInt>)]
+            stock: Option<i64>,
+            #[diesel(sql_type = BigInt)]
+            orders: i64,
+        }
+        let mut conn = self.conn().await?;
+        let totals = diesel::sql_query(
+            "SELECT (SELECT ps.stock FROM product_stock ps WHERE ps.product_id = ?) AS stock, \
+             (SELECT COUNT(*) FROM orders o WHERE o.product_id = ?) AS orders",
+        )
+        .bind::<Unsigned<BigInt>, _>(id.get())
+        .bind::<Unsigned<BigInt>, _>(id.get())
+        .get_result::<Totals>(&mut conn)
+        .await?;
+        Ok((totals.stock, totals.orders))
     }
 
     pub async fn order_count(&self, id: ProductId) -> Result<i64> {

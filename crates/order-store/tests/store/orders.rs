@@ -26,6 +26,15 @@ async fn write_orders_inserts_the_orders_deducts_stock_and_writes_stock_flow() {
     assert_eq!(db.stock(ProductId(2)).await.unwrap(), Some(4));
     assert_eq!(db.ordered_units(ProductId(1)).await.unwrap(), 3);
     assert_eq!(db.order_count(ProductId(1)).await.unwrap(), 2);
+    assert_eq!(
+        db.stock_and_order_count(ProductId(1)).await.unwrap(),
+        (Some(7), 2)
+    );
+    assert_eq!(
+        db.stock_and_order_count(ProductId(3)).await.unwrap(),
+        (None, 0),
+        "a product never defined has no stock row and no orders"
+    );
     assert_eq!(db.stock_flow_units(ProductId(1)).await.unwrap(), 3);
     assert_eq!(db.stock_flow_units(ProductId(2)).await.unwrap(), 1);
 
