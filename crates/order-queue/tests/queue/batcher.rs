@@ -5,29 +5,35 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use domain::OrderToken;
+use domain::{OrderPlaced, OrderToken};
 use order_queue::{BatchTuning, OrderBatcher, TxDecision};
 
 use crate::helpers::{Stack, WAIT, order};
 
 const ORDERS: usize = 40;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn orders_queued_behind_a_busy_send_share_a_message_and_each_arrives_once() {
-    let stack = Stack::start("batcher").await;
-    let orders: Vec<_> = (0..ORDERS).map(|_| order()).collect();
-    for order in &orders {
+/// A batcher of messages of up to 16 orders, `in_flight` sends at once, whose local
+/// transaction commits each of `orders`.
+fn committing_batcher(stack: &Stack, orders: &[OrderPlaced], in_flight: usize) -> OrderBatcher {
+    for order in orders {
         stack
             .local
             .script(&order.order_token, TxDecision::Commit, TxDecision::Commit);
     }
-    let batcher = OrderBatcher::start(
+    OrderBatcher::start(
         Arc::new(stack.publisher.clone()),
         BatchTuning {
             max_orders: 16,
-            in_flight: 1,
+            in_flight,
         },
-    );
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_queued_behind_a_busy_send_share_a_message_and_each_arrives_once() {
+    let stack = Stack::start("batcher").await;
+    let orders: Vec<_> = (0..ORDERS).map(|_| order()).collect();
+    let batcher = committing_batcher(&stack, &orders, 1);
 
     let sends: Vec<_> = orders
         .iter()
@@ -77,20 +83,9 @@ const SETTLE: Duration = Duration::from_millis(500);
 async fn a_few_winners_wait_for_the_send_under_way_and_a_quarter_message_leaves_beside_it() {
     let stack = Stack::start("batcher-quarter").await;
     let orders: Vec<_> = (0..5).map(|_| order()).collect();
-    for order in &orders {
-        stack
-            .local
-            .script(&order.order_token, TxDecision::Commit, TxDecision::Commit);
-    }
     // Four sends at most; a quarter of a 16-order message is 4.
-    let batcher = OrderBatcher::start(
-        Arc::new(stack.publisher.clone()),
-        BatchTuning {
-            max_orders: 16,
-            in_flight: 4,
-        },
-    );
-    let send = |order: &domain::OrderPlaced| {
+    let batcher = committing_batcher(&stack, &orders, 4);
+    let send = |order: &OrderPlaced| {
         let (batcher, order) = (batcher.clone(), order.clone());
         tokio::spawn(async move { batcher.send(order).await })
     };
