@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Compares two gateway builds in one run, in alternating rounds, on the two paths that do not
-# wait for the broker: rejections after sell-out (the sold-out flag) and purchases refused by
-# pre_deduct (re-used tokens, DUPLICATE). A bare actix-web handler runs the rejection script
-# too, for the ratio. Usage (the local stack up, nothing else on port 8080):
+# Compares two gateway builds in one run, in alternating rounds: on the two paths that do not
+# wait for the broker — rejections after sell-out (the sold-out flag) and purchases refused
+# by pre_deduct (re-used tokens, DUPLICATE) — and on the winners' path, pre_deduct and the
+# transactional send: purchases/s with 64 in flight (sale-sim --tokens-first) and the p50 /
+# p99 of purchases sent open loop at RATE/s (sale-sim --rate). A bare actix-web handler runs
+# the rejection script too, for the ratio. Usage (the local stack up, nothing else on port
+# 8080):
 #   deploy/bench/ab-gateway.sh BEFORE_GATEWAY_BINARY AFTER_GATEWAY_BINARY
 # The other binaries (consumer, sale-sim, seckill-bench) come from $BIN_DIR (default: the
-# release build). ROUNDS (4) rounds of WRK_SECS (8) s each; prints each figure per round.
+# release build). ROUNDS (4) rounds of WRK_SECS (8) s each; WINNERS=0 leaves the winners'
+# path out. Prints each figure per round.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -15,6 +19,8 @@ after="${2:?the gateway binary after the change}"
 bin_dir="${BIN_DIR:-${CARGO_TARGET_DIR:-${HOME}/.cache/seckill/target}/release}"
 rounds="${ROUNDS:-4}"
 wrk_secs="${WRK_SECS:-8}"
+winners="${WINNERS:-1}"
+rate="${RATE:-2600}"
 work="$(mktemp -d)"
 gateway="http://127.0.0.1:8080"
 bare="127.0.0.1:18090"
@@ -25,13 +31,14 @@ export SECKILL_RATE_LIMIT__USER_PER_SEC=1000000 SECKILL_RATE_LIMIT__USER_BURST=1
   SECKILL_RATE_LIMIT__GLOBAL_PER_SEC=10000000
 
 pids=()
+gateway_pid=""
 cleanup() {
+  [[ -n $gateway_pid ]] && kill "$gateway_pid" 2>/dev/null
   ((${#pids[@]})) && kill "${pids[@]}" 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-gateway_pid=""
 start_gateway() { # start_gateway BINARY
   "$1" >>"${work}/gateway.log" 2>&1 &
   gateway_pid=$!
@@ -45,10 +52,28 @@ start_gateway() { # start_gateway BINARY
 stop_gateway() {
   kill "$gateway_pid"
   wait "$gateway_pid" || true
+  gateway_pid=""
 }
 wrk_rate() { # wrk_rate TOKENS PRODUCT URL: requests/s of one wrk pass with the purchase script
   BENCH_TOKENS="$1" BENCH_PRODUCT="$2" wrk -t2 -c64 -d"${wrk_secs}s" -s "${here}/purchase.lua" "$3" |
     awk '/Requests\/sec/ { print $2 }'
+}
+
+# sale OUT ARGS...: a sale of a fresh product (stock that never runs out), its JSON report to OUT.
+sale() {
+  local out="$1"
+  shift
+  "${bin_dir}/sale-sim" --gateway "$gateway" --json --no-progress --stock 100000000 "$@" >"$out" || {
+    echo "ab-gateway: sale-sim $* failed: $(python3 -c 'import json, sys
+print(json.load(open(sys.argv[1])).get("violations"))' "$out" 2>&1)" >&2
+    exit 1
+  }
+}
+field() { # field JSON KEY [KEY]: one figure of a sale-sim report, rounded
+  python3 -c 'import json, sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2:]: v = v[k]
+print(round(v, 1))' "$@"
 }
 
 "${bin_dir}/order-consumer-svc" >"${work}/consumer.log" 2>&1 &
@@ -87,6 +112,26 @@ for round in $(seq 1 "$rounds"); do
   echo "ab-gateway: round ${round}/${rounds} done" >&2
 done
 
-for name in reject-before reject-after reject-bare duplicate-before duplicate-after; do
+# The winners in rounds of their own: the orders they leave the consumer and the broker to
+# write must not fall into a refusal pass of the other side.
+for round in $(seq 1 "$((winners ? rounds : 0))"); do
+  for side in before after; do
+    binary="$before"
+    [[ $side == after ]] && binary="$after"
+    start_gateway "$binary"
+    sale "${work}/warm.json" --buyers 3000 --concurrency 64 --tokens-first
+    sale "${work}/closed.json" --buyers 16000 --concurrency 64 --tokens-first
+    figures[purchases-$side]+="$(field "${work}/closed.json" purchases_per_sec) "
+    sale "${work}/open.json" --buyers "$((rate * 10))" --concurrency 64 --rate "$rate"
+    figures[p50-$side]+="$(field "${work}/open.json" purchase_latency_ms p50) "
+    figures[p99-$side]+="$(field "${work}/open.json" purchase_latency_ms p99) "
+    stop_gateway
+  done
+  echo "ab-gateway: winners' round ${round}/${rounds} done" >&2
+done
+
+names=(reject-before reject-after reject-bare duplicate-before duplicate-after)
+((winners)) && names+=(purchases-before purchases-after p50-before p50-after p99-before p99-after)
+for name in "${names[@]}"; do
   echo "${name}: ${figures[$name]}"
 done
