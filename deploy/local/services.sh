@@ -104,8 +104,10 @@ cmd_start() {
       logf="$(log_file "$s")"
       printf '==== %s: starting %s\n' "$(date -u +%FT%TZ)" "${bin_dir}/${s}" >>"$logf"
       # Its own session: a Ctrl-C in the terminal that ran `make` does not reach it.
-      (cd "$repo" && close_inherited_fds && exec setsid nohup "${bin_dir}/${s}") \
-        </dev/null >>"$logf" 2>&1 &
+      # No stack backtrace captured for every error value (anyhow does, while RUST_BACKTRACE
+      # is set, at a cost per failed request); a panic still prints its backtrace.
+      (cd "$repo" && close_inherited_fds && RUST_LIB_BACKTRACE="${RUST_LIB_BACKTRACE:-0}" \
+        exec setsid nohup "${bin_dir}/${s}") </dev/null >>"$logf" 2>&1 &
       pid=$!
       echo "$pid" >"$(pid_file "$s")"
       started[$s]=$pid

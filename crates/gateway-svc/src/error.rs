@@ -2,14 +2,33 @@
 //!
 //! Policy: a handler returns `ApiError`; the body is always
 //! `{"error": {"code", "message"}}`. Dependency failures become `Unavailable` (503) and
-//! their whole cause chain is logged here, once — never sent to the client.
+//! their whole cause chain is logged here, on one line — never sent to the client.
+//!
+//! At most [`UNAVAILABLE_LINES_PER_SEC`] such lines a second: when Redis, MySQL or the broker
+//! is down under a crowd, every purchase fails the same way, and a line per request (with a
+//! stack backtrace each while `RUST_BACKTRACE` is set) once filled a disk with 25 GB of log
+//! in minutes. The HTTP metrics still count every 503; the next line logged says how many
+//! were left out.
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::mime;
 use actix_web::web::Bytes;
 use actix_web::{HttpResponse, ResponseError};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde::Serialize;
+use std::num::NonZeroU32;
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Most 503 causes logged per second (see the module docs).
+pub const UNAVAILABLE_LINES_PER_SEC: NonZeroU32 = NonZeroU32::new(10).expect("not zero");
+
+static UNAVAILABLE_LINES: LazyLock<DefaultDirectRateLimiter> =
+    LazyLock::new(|| RateLimiter::direct(Quota::per_second(UNAVAILABLE_LINES_PER_SEC)));
+
+/// 503 causes not logged since the last line.
+static UNAVAILABLE_UNLOGGED: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -55,6 +74,17 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// The cause chain on one line (`{:#}`: no backtrace), within the lines-per-second
+    /// budget.
+    fn log_unavailable(&self, cause: &anyhow::Error) {
+        if UNAVAILABLE_LINES.check().is_err() {
+            UNAVAILABLE_UNLOGGED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let unlogged = UNAVAILABLE_UNLOGGED.swap(0, Ordering::Relaxed);
+        tracing::warn!(error = %format_args!("{cause:#}"), code = self.code(), unlogged, "{self}");
+    }
+
     pub fn unavailable(message: &'static str, cause: impl Into<anyhow::Error>) -> Self {
         Self::Unavailable {
             message,
@@ -160,7 +190,7 @@ impl ResponseError for ApiError {
             cause: Some(cause), ..
         } = self
         {
-            tracing::warn!(error = ?cause, code = self.code(), "{self}");
+            self.log_unavailable(cause);
         }
         let mut response = HttpResponse::build(self.status_code());
         match self {
@@ -289,5 +319,77 @@ mod tests {
         ] {
             assert_eq!(error.status_code(), StatusCode::CONFLICT);
         }
+    }
+
+    /// What a subscriber writes, kept for the test to read.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        fn lines(&self) -> Vec<String> {
+            let bytes = self.0.lock().unwrap();
+            String::from_utf8_lossy(&bytes)
+                .lines()
+                .map(str::to_owned)
+                .collect()
+        }
+    }
+
+    #[test]
+    fn a_storm_of_503s_logs_a_few_one_line_causes_and_counts_the_rest() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let storm = 1_000;
+        let started = std::time::Instant::now();
+        tracing::subscriber::with_default(subscriber, || {
+            for _ in 0..storm {
+                let cause =
+                    anyhow::anyhow!("connection refused").context("broker.operation.failed");
+                ApiError::unavailable("the broker cannot be reached", cause).error_response();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1_100));
+            let cause = anyhow::anyhow!("connection refused");
+            ApiError::unavailable("the broker cannot be reached", cause).error_response();
+        });
+
+        let lines = captured.lines();
+        // The burst, and what refilled while the storm ran (other tests share the budget).
+        let budget =
+            UNAVAILABLE_LINES_PER_SEC.get() as usize * (2 + started.elapsed().as_secs() as usize);
+        assert!(
+            !lines.is_empty() && lines.len() <= budget,
+            "{} lines for {storm} answers",
+            lines.len()
+        );
+        assert!(
+            lines[0].contains("broker.operation.failed: connection refused"),
+            "the cause chain on one line: {}",
+            lines[0]
+        );
+        assert!(
+            lines
+                .iter()
+                .all(|line| line.contains("the broker cannot be reached")),
+            "no backtrace or other continuation lines: {lines:?}"
+        );
+        let last = lines.last().unwrap();
+        assert!(
+            !last.contains("unlogged=0"),
+            "the line after the storm counts what it left out: {last}"
+        );
     }
 }
