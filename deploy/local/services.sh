@@ -46,6 +46,15 @@ usage() {
 pid_file() { echo "${run_dir}/$1.pid"; }
 log_file() { echo "${run_dir}/$1.log"; }
 
+# A service's log is appended to across starts; past this size it moves to <log>.1 (the one
+# before is dropped) when the service starts, so that runs and sessions do not pile it up.
+LOG_KEEP_BYTES=$((64 * 1024 * 1024))
+rotate_log() {
+  if [[ -f $1 ]] && (($(stat -c %s "$1") > LOG_KEEP_BYTES)); then
+    mv -f "$1" "$1.1"
+  fi
+}
+
 listen_of() {
   case "$1" in
     gateway-svc) echo "${SECKILL_GATEWAY__LISTEN:-127.0.0.1:8080}" ;;
@@ -102,6 +111,7 @@ cmd_start() {
       log "${s}: running (pid ${pid})"
     else
       logf="$(log_file "$s")"
+      rotate_log "$logf"
       printf '==== %s: starting %s\n' "$(date -u +%FT%TZ)" "${bin_dir}/${s}" >>"$logf"
       # Its own session: a Ctrl-C in the terminal that ran `make` does not reach it.
       # No stack backtrace captured for every error value (anyhow does, while RUST_BACKTRACE
