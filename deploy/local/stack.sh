@@ -130,7 +130,21 @@ pid_of() {
 fail_start() {
   printf 'stack: error: %s\n' "$2" >&2
   tail_log "$1"
+  start_hint "$1"
   exit 1
+}
+
+# start_hint COMPONENT: what to do about a failed start the log explains.
+start_hint() {
+  local logf
+  logf="$(log_file "$1")"
+  # A write cut short (a full disk, a killed host) leaves Redis's append-only file damaged,
+  # and Redis refuses to start rather than guess.
+  if [[ $1 == redis ]] && tail -n 30 "$logf" | grep -q 'Bad file format reading the append only file'; then
+    printf 'stack: hint: the AOF under %s is damaged; repair it with redis-check-aof --fix %s, or, as this local data is disposable, remove %s and start again\n' \
+      "$(dir_of redis)/data" "$(dir_of redis)/data/appendonlydir/*.manifest" "$(dir_of redis)/data" >&2
+  fi
+  return 0
 }
 
 # render TEMPLATE OUTPUT NAME=VALUE... : fills in @NAME@ placeholders.
