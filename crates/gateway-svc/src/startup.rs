@@ -147,6 +147,7 @@ impl Application {
                 BatchTuning {
                     max_orders: settings.gateway.orders_per_message,
                     in_flight: settings.gateway.sends_in_flight,
+                    patience: Duration::from_millis(settings.gateway.send_patience_ms),
                 },
             ),
             sold_out: Arc::new(SoldOutFlags::default()),

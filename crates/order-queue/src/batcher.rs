@@ -13,7 +13,9 @@
 //! the gateway and the consumer spend their CPU on: letting every free send leave at once
 //! made many small messages at a moderate rate, and more CPU per winner than under a crowd.
 //! The extra sends are still there for a crowd, and for a send that stalls (a broker
-//! hiccup): the winners queued behind it soon make a quarter message and leave on their own.
+//! hiccup): the winners queued behind it soon make a quarter message and leave on their own,
+//! and fewer leave on their own once they have waited `patience` — a stalled send would
+//! otherwise hold a quiet sale's lone winner until the send timed out.
 //!
 //! Every order of a message shares its outcome: the local transaction confirms all of its
 //! flows or none (`confirm.lua`), a failed send fails them all, and each caller gets that
@@ -21,9 +23,11 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use domain::{MAX_ORDERS_PER_MESSAGE, OrderPlaced, ProductId};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::time::Instant;
 use tracing::warn;
 
 use crate::{MqError, OrderPublisher, TxDecision};
@@ -34,8 +38,13 @@ pub struct BatchTuning {
     /// Most orders in one message (at most `MAX_ORDERS_PER_MESSAGE`).
     pub max_orders: usize,
     /// Most transactional sends under way at once. A send beside another one starts only for
-    /// a quarter of `max_orders` waiting; fewer wait for the send under way to end.
+    /// a quarter of `max_orders` waiting; fewer wait for the send under way to end, or for
+    /// `patience`, whichever comes first.
     pub in_flight: usize,
+    /// Longest a winner waits behind sends under way before it leaves in a send of its own
+    /// (a free one permitting). Well above a healthy send's time, so that it only cuts a
+    /// stalled send's hold short and leaves the batching alone.
+    pub patience: Duration,
 }
 
 /// What one order's send came to: the message's decision, or why it was not sent (shared by
@@ -92,7 +101,11 @@ impl OrderBatcher {
         tokio::spawn(send_loop(
             publisher,
             orders,
-            max_orders,
+            Gathering {
+                max_orders,
+                worth_a_send_of_its_own: max_orders.div_ceil(OWN_SEND_FRACTION),
+                patience: tuning.patience,
+            },
             Sends::new(tuning.in_flight.max(1)),
         ));
         Self { queue }
@@ -143,13 +156,26 @@ impl Sends {
 /// A send beside another one needs at least `max_orders / OWN_SEND_FRACTION` orders.
 const OWN_SEND_FRACTION: usize = 4;
 
+/// How the orders of one message are gathered.
+#[derive(Debug, Clone, Copy)]
+struct Gathering {
+    max_orders: usize,
+    /// Fewer orders than this wait for a send under way to end, or for `patience`.
+    worth_a_send_of_its_own: usize,
+    patience: Duration,
+}
+
 async fn send_loop(
     publisher: Arc<OrderPublisher>,
     mut orders: mpsc::Receiver<Pending>,
-    max_orders: usize,
+    gathering: Gathering,
     sends: Sends,
 ) {
-    let worth_a_send_of_its_own = max_orders.div_ceil(OWN_SEND_FRACTION);
+    let Gathering {
+        max_orders,
+        worth_a_send_of_its_own,
+        patience,
+    } = gathering;
     loop {
         // A free send first, then whatever has queued meanwhile: that is what batches.
         let Some(permit) = sends.free().await else {
@@ -161,10 +187,13 @@ async fn send_loop(
         let mut taken = vec![first];
         take_queued(&mut orders, &mut taken, max_orders);
         // Too few for a send of their own while another is under way: they gather until it
-        // ends or enough have come. (A stale `ended` signal only makes this message smaller.)
+        // ends, enough have come or the first has waited `patience`. (A stale `ended` signal
+        // only makes this message smaller.)
+        let waited_enough = Instant::now() + patience;
         while taken.len() < worth_a_send_of_its_own && sends.others_under_way() > 0 {
             tokio::select! {
                 () = sends.ended.notified() => break,
+                () = tokio::time::sleep_until(waited_enough) => break,
                 next = orders.recv() => match next {
                     Some(pending) => {
                         taken.push(pending);

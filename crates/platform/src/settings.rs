@@ -38,6 +38,8 @@ pub struct GatewaySettings {
     /// Most transactional sends under way at once; winners queue behind them and leave
     /// together.
     pub sends_in_flight: usize,
+    /// Longest a winner waits behind sends under way before it leaves in one of its own.
+    pub send_patience_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -1,5 +1,6 @@
 //! Winners queued while the sends are busy leave together, and share their message's fate;
-//! a few winners wait for the send under way, a quarter message leaves beside it.
+//! a few winners wait for the send under way, a quarter message leaves beside it, and a
+//! winner behind a stalled send leaves on its own once its patience runs out.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -12,9 +13,14 @@ use crate::helpers::{Stack, WAIT, order};
 
 const ORDERS: usize = 40;
 
-/// A batcher of messages of up to 16 orders, `in_flight` sends at once, whose local
-/// transaction commits each of `orders`.
-fn committing_batcher(stack: &Stack, orders: &[OrderPlaced], in_flight: usize) -> OrderBatcher {
+/// A batcher of messages of up to 16 orders, `in_flight` sends at once and a winner's
+/// `patience` behind them, whose local transaction commits each of `orders`.
+fn committing_batcher(
+    stack: &Stack,
+    orders: &[OrderPlaced],
+    in_flight: usize,
+    patience: Duration,
+) -> OrderBatcher {
     for order in orders {
         stack
             .local
@@ -25,6 +31,7 @@ fn committing_batcher(stack: &Stack, orders: &[OrderPlaced], in_flight: usize) -
         BatchTuning {
             max_orders: 16,
             in_flight,
+            patience,
         },
     )
 }
@@ -33,7 +40,7 @@ fn committing_batcher(stack: &Stack, orders: &[OrderPlaced], in_flight: usize) -
 async fn orders_queued_behind_a_busy_send_share_a_message_and_each_arrives_once() {
     let stack = Stack::start("batcher").await;
     let orders: Vec<_> = (0..ORDERS).map(|_| order()).collect();
-    let batcher = committing_batcher(&stack, &orders, 1);
+    let batcher = committing_batcher(&stack, &orders, 1, PATIENT);
 
     let sends: Vec<_> = orders
         .iter()
@@ -79,12 +86,15 @@ async fn orders_queued_behind_a_busy_send_share_a_message_and_each_arrives_once(
 /// Long enough for a send to leave and reach the local transaction, were it allowed to.
 const SETTLE: Duration = Duration::from_millis(500);
 
+/// Longer than any test here waits: winners wait for the send under way.
+const PATIENT: Duration = Duration::from_secs(60);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_few_winners_wait_for_the_send_under_way_and_a_quarter_message_leaves_beside_it() {
     let stack = Stack::start("batcher-quarter").await;
     let orders: Vec<_> = (0..5).map(|_| order()).collect();
     // Four sends at most; a quarter of a 16-order message is 4.
-    let batcher = committing_batcher(&stack, &orders, 4);
+    let batcher = committing_batcher(&stack, &orders, 4, PATIENT);
     let send = |order: &OrderPlaced| {
         let (batcher, order) = (batcher.clone(), order.clone());
         tokio::spawn(async move { batcher.send(order).await })
@@ -123,6 +133,44 @@ async fn a_few_winners_wait_for_the_send_under_way_and_a_quarter_message_leaves_
     for send in sends {
         assert_eq!(send.await.unwrap().expect("sent"), TxDecision::Commit);
     }
+    drop(batcher);
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_winner_behind_a_stalled_send_leaves_on_its_own_once_its_patience_runs_out() {
+    let stack = Stack::start("batcher-patience").await;
+    let orders: Vec<_> = (0..2).map(|_| order()).collect();
+    let patience = SETTLE;
+    let batcher = committing_batcher(&stack, &orders, 4, patience);
+    let executed = || stack.local.executed.lock().unwrap().clone();
+
+    stack.local.hold(&orders[0].order_token);
+    let held = {
+        let (batcher, order) = (batcher.clone(), orders[0].clone());
+        tokio::spawn(async move { batcher.send(order).await })
+    };
+    wait_until(
+        || executed().len() == 1,
+        "the first send reaches its local transaction",
+    )
+    .await;
+
+    let queued_at = Instant::now();
+    let lone = tokio::time::timeout(WAIT, batcher.send(orders[1].clone()))
+        .await
+        .expect("the lone winner is held as long as the stalled send");
+    assert_eq!(lone.expect("sent"), TxDecision::Commit);
+    assert!(
+        queued_at.elapsed() >= patience,
+        "it waited for the send under way first, {:?} of {patience:?}",
+        queued_at.elapsed()
+    );
+    assert!(!held.is_finished(), "the first send is still held");
+    assert_eq!(executed(), vec![1, 1], "the lone winner's own message");
+
+    stack.local.release();
+    assert_eq!(held.await.unwrap().expect("sent"), TxDecision::Commit);
     drop(batcher);
     stack.shutdown().await;
 }
