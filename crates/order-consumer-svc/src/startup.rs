@@ -67,6 +67,7 @@ impl Application {
             pull_batch_size: consumer.batch_size.max(32) * 2,
             consume_threads: consumer.concurrency,
             max_reconsume_times: consumer.max_reconsume_times,
+            linger: Duration::from_millis(consumer.pull_linger_ms),
         };
         let subscriber = OrderSubscriber::start(&mq_runtime, &settings.rocketmq, tuning, writer)
             .await

@@ -25,6 +25,7 @@ pub mod backlog;
 pub mod batcher;
 pub mod error;
 pub mod message;
+mod pace;
 pub mod publisher;
 pub mod runtime;
 pub mod settings;

@@ -3,7 +3,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rocketmq_client_rust::{
     ClientResult, ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, DefaultMQPushConsumer,
@@ -12,8 +12,11 @@ use rocketmq_client_rust::{
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_protocol::protocol::heartbeat::message_model::MessageModel;
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
 use tracing::{error, info};
 
+use crate::pace::{self, BacklogSignal};
 use crate::{Delivery, MqError, MqRuntime, MqSettings, Result};
 
 /// What to do with a whole batch.
@@ -49,6 +52,10 @@ pub struct ConsumerTuning {
     pub consume_threads: u32,
     /// Redeliveries before a message goes to the dead-letter queue (`%DLQ%<group>`).
     pub max_reconsume_times: i32,
+    /// While the consumer keeps up, each queue is pulled at most this often, so that a pull
+    /// and a batch carry what arrived meanwhile rather than a message each; a backlog is
+    /// pulled without pause (see the `pace` module). Zero: every pull at once.
+    pub linger: Duration,
 }
 
 /// How long shutdown waits for batches already being handled. It matches the blocking pool's
@@ -58,7 +65,9 @@ const SHUTDOWN_GRACE_MS: u64 = 30_000;
 
 /// A running consumer; [`OrderSubscriber::shutdown`] stops it.
 pub struct OrderSubscriber {
-    consumer: DefaultMQPushConsumer,
+    /// Shared with the pace task, which sets its pull interval.
+    consumer: Arc<Mutex<DefaultMQPushConsumer>>,
+    pace: Option<JoinHandle<()>>,
     group: String,
 }
 
@@ -100,11 +109,18 @@ impl OrderSubscriber {
             .subscribe(settings.topic.as_str(), settings.tag_expression())
             .await
             .map_err(MqError::client("consumer subscribe"))?;
-        consumer.register_message_listener_concurrently(BatchListener { handler });
+        let backlog = Arc::new(BacklogSignal::new(tuning.batch_size.max(1)));
+        consumer.register_message_listener_concurrently(BatchListener {
+            handler,
+            backlog: Arc::clone(&backlog),
+        });
         consumer
             .start()
             .await
             .map_err(MqError::client("consumer start"))?;
+        let consumer = Arc::new(Mutex::new(consumer));
+        let pace = (!tuning.linger.is_zero())
+            .then(|| pace::spawn(Arc::clone(&consumer), backlog, tuning.linger));
         info!(
             consumer_group = %settings.consumer_group,
             topic = %settings.topic,
@@ -113,6 +129,7 @@ impl OrderSubscriber {
         );
         Ok(Self {
             consumer,
+            pace,
             group: settings.consumer_group.clone(),
         })
     }
@@ -124,9 +141,12 @@ impl OrderSubscriber {
     /// when `RetryLater`); persists the group's consumer offsets to the broker; unregisters
     /// from the group so the broker rebalances its queues to the remaining members.
     /// A batch still running after 30 s is abandoned and will be redelivered.
-    pub async fn shutdown(mut self) {
+    pub async fn shutdown(self) {
         let started = Instant::now();
-        self.consumer.shutdown().await;
+        if let Some(pace) = self.pace {
+            pace.abort();
+        }
+        self.consumer.lock().await.shutdown().await;
         info!(
             consumer_group = %self.group,
             elapsed_ms = started.elapsed().as_millis(),
@@ -137,6 +157,7 @@ impl OrderSubscriber {
 
 struct BatchListener {
     handler: Arc<dyn BatchHandler>,
+    backlog: Arc<BacklogSignal>,
 }
 
 impl MessageListenerConcurrently for BatchListener {
@@ -145,6 +166,7 @@ impl MessageListenerConcurrently for BatchListener {
         messages: &[&MessageExt],
         _context: &ConsumeConcurrentlyContext,
     ) -> ClientResult<ConsumeConcurrentlyStatus> {
+        self.backlog.record(messages.len());
         let batch: Vec<Delivery> = messages
             .iter()
             .map(|message| Delivery::from_ext(message))
@@ -200,6 +222,7 @@ mod tests {
         let context = ConsumeConcurrentlyContext::new(MessageQueue::from_parts("t", "b", 0));
         BatchListener {
             handler: Arc::new(handler),
+            backlog: Arc::new(BacklogSignal::new(16)),
         }
         .consume_message(&[&message, &message], &context)
         .unwrap()

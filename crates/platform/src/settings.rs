@@ -48,6 +48,8 @@ pub struct ConsumerSettings {
     pub batch_size: u32,
     pub concurrency: u32,
     pub max_reconsume_times: i32,
+    /// While the consumer keeps up, each queue is pulled at most this often (0: at once).
+    pub pull_linger_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -45,6 +45,7 @@ pub fn tuning() -> ConsumerTuning {
         pull_batch_size: 32,
         consume_threads: 4,
         max_reconsume_times: 3,
+        linger: Duration::ZERO,
     }
 }
 
@@ -150,6 +151,15 @@ impl Recorder {
             .collect()
     }
 
+    /// How many batches the handler was given, and how many messages in all.
+    pub fn batches_and_messages(&self) -> (usize, usize) {
+        let deliveries = self.deliveries.lock().unwrap();
+        // A batch's deliveries share the instant it was handed over.
+        let batches: std::collections::BTreeSet<Instant> =
+            deliveries.iter().map(|(_, at)| *at).collect();
+        (batches.len(), deliveries.len())
+    }
+
     /// Every order delivered so far, from every message (one order or several).
     pub fn delivered_orders(&self) -> Vec<OrderPlaced> {
         self.deliveries
@@ -216,6 +226,10 @@ pub struct Stack {
 
 impl Stack {
     pub async fn start(test: &str) -> Self {
+        Self::start_with(test, tuning()).await
+    }
+
+    pub async fn start_with(test: &str, tuning: ConsumerTuning) -> Self {
         let settings = settings(test);
         let runtime = MqRuntime::new(&format!("oq-{test}"), 16).expect("runtime builds");
 
@@ -237,7 +251,7 @@ impl Stack {
 
         let recorder = Arc::new(Recorder::default());
         let started = Instant::now();
-        let subscriber = OrderSubscriber::start(&runtime, &settings, tuning(), recorder.clone())
+        let subscriber = OrderSubscriber::start(&runtime, &settings, tuning, recorder.clone())
             .await
             .expect("subscriber starts");
         eprintln!("[{test}] subscriber start took {:?}", started.elapsed());

@@ -6,6 +6,7 @@ mod backlog;
 mod batcher;
 mod helpers;
 mod lifecycle;
+mod pace;
 mod publish;
 mod retry;
 mod topic;
