@@ -3,8 +3,8 @@
 //! The broker answers a waiting pull as soon as a message arrives. At a moderate rate spread
 //! over the topic's queues that is one message per pull, and each pull costs the broker, the
 //! client and the handler (a MySQL transaction) about what a full one does: at 2,400 orders/s
-//! the consumer, MariaDB and the broker's pulls took a third of a two-core host, as much as
-//! the purchases themselves. So while the consumer keeps up, each queue is pulled at most
+//! the consumer, MariaDB and the broker's pulls took about a third of a two-core host, most
+//! of it in waking threads. So while the consumer keeps up, each queue is pulled at most
 //! every `linger` (the client's pull interval, which it waits after a pull that found
 //! messages), and one pull, one batch and one transaction carry what arrived meanwhile.
 //! A backlog must not wait, though: a batch of half the batch size or more shows one, and the
