@@ -101,11 +101,8 @@ impl OrderBatcher {
         tokio::spawn(send_loop(
             publisher,
             orders,
-            Gathering {
-                max_orders,
-                worth_a_send_of_its_own: max_orders.div_ceil(OWN_SEND_FRACTION),
-                patience: tuning.patience,
-            },
+            max_orders,
+            tuning.patience,
             Sends::new(tuning.in_flight.max(1)),
         ));
         Self { queue }
@@ -156,26 +153,14 @@ impl Sends {
 /// A send beside another one needs at least `max_orders / OWN_SEND_FRACTION` orders.
 const OWN_SEND_FRACTION: usize = 4;
 
-/// How the orders of one message are gathered.
-#[derive(Debug, Clone, Copy)]
-struct Gathering {
-    max_orders: usize,
-    /// Fewer orders than this wait for a send under way to end, or for `patience`.
-    worth_a_send_of_its_own: usize,
-    patience: Duration,
-}
-
 async fn send_loop(
     publisher: Arc<OrderPublisher>,
     mut orders: mpsc::Receiver<Pending>,
-    gathering: Gathering,
+    max_orders: usize,
+    patience: Duration,
     sends: Sends,
 ) {
-    let Gathering {
-        max_orders,
-        worth_a_send_of_its_own,
-        patience,
-    } = gathering;
+    let worth_a_send_of_its_own = max_orders.div_ceil(OWN_SEND_FRACTION);
     loop {
         // A free send first, then whatever has queued meanwhile: that is what batches.
         let Some(permit) = sends.free().await else {

@@ -109,7 +109,7 @@ impl OrderSubscriber {
             .subscribe(settings.topic.as_str(), settings.tag_expression())
             .await
             .map_err(MqError::client("consumer subscribe"))?;
-        let backlog = Arc::new(BacklogSignal::new(tuning.batch_size.max(1)));
+        let backlog = Arc::new(BacklogSignal::new(tuning.batch_size));
         consumer.register_message_listener_concurrently(BatchListener {
             handler,
             backlog: Arc::clone(&backlog),
