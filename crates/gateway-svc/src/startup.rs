@@ -148,6 +148,7 @@ impl Application {
                     max_orders: settings.gateway.orders_per_message,
                     in_flight: settings.gateway.sends_in_flight,
                     patience: Duration::from_millis(settings.gateway.send_patience_ms),
+                    linger: Duration::from_millis(settings.gateway.send_linger_ms),
                 },
             ),
             sold_out: Arc::new(SoldOutFlags::default()),

@@ -40,6 +40,8 @@ pub struct GatewaySettings {
     pub sends_in_flight: usize,
     /// Longest a winner waits behind sends under way before it leaves in one of its own.
     pub send_patience_ms: u64,
+    /// How long a message's first winner waits for others to join it (unless it fills).
+    pub send_linger_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

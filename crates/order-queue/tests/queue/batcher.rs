@@ -1,6 +1,7 @@
 //! Winners queued while the sends are busy leave together, and share their message's fate;
 //! a few winners wait for the send under way, a quarter message leaves beside it, and a
-//! winner behind a stalled send leaves on its own once its patience runs out.
+//! winner behind a stalled send leaves on its own once its patience runs out; winners that
+//! come one by one within a message's linger share it, and a full message does not linger.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -12,14 +13,17 @@ use order_queue::{BatchTuning, OrderBatcher, TxDecision};
 use crate::helpers::{Stack, WAIT, order};
 
 const ORDERS: usize = 40;
+const MAX_ORDERS: usize = 16;
 
-/// A batcher of messages of up to 16 orders, `in_flight` sends at once and a winner's
-/// `patience` behind them, whose local transaction commits each of `orders`.
+/// A batcher of messages of up to 16 orders, `in_flight` sends at once, a winner's
+/// `patience` behind them and a message's `linger`, whose local transaction commits each of
+/// `orders`.
 fn committing_batcher(
     stack: &Stack,
     orders: &[OrderPlaced],
     in_flight: usize,
     patience: Duration,
+    linger: Duration,
 ) -> OrderBatcher {
     for order in orders {
         stack
@@ -29,9 +33,10 @@ fn committing_batcher(
     OrderBatcher::start(
         Arc::new(stack.publisher.clone()),
         BatchTuning {
-            max_orders: 16,
+            max_orders: MAX_ORDERS,
             in_flight,
             patience,
+            linger,
         },
     )
 }
@@ -40,7 +45,7 @@ fn committing_batcher(
 async fn orders_queued_behind_a_busy_send_share_a_message_and_each_arrives_once() {
     let stack = Stack::start("batcher").await;
     let orders: Vec<_> = (0..ORDERS).map(|_| order()).collect();
-    let batcher = committing_batcher(&stack, &orders, 1, PATIENT);
+    let batcher = committing_batcher(&stack, &orders, 1, PATIENT, NO_LINGER);
 
     let sends: Vec<_> = orders
         .iter()
@@ -89,12 +94,15 @@ const SETTLE: Duration = Duration::from_millis(500);
 /// Longer than any test here waits: winners wait for the send under way.
 const PATIENT: Duration = Duration::from_secs(60);
 
+/// A message leaves as soon as a send is free for it.
+const NO_LINGER: Duration = Duration::ZERO;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_few_winners_wait_for_the_send_under_way_and_a_quarter_message_leaves_beside_it() {
     let stack = Stack::start("batcher-quarter").await;
     let orders: Vec<_> = (0..5).map(|_| order()).collect();
     // Four sends at most; a quarter of a 16-order message is 4.
-    let batcher = committing_batcher(&stack, &orders, 4, PATIENT);
+    let batcher = committing_batcher(&stack, &orders, 4, PATIENT, NO_LINGER);
     let send = |order: &OrderPlaced| {
         let (batcher, order) = (batcher.clone(), order.clone());
         tokio::spawn(async move { batcher.send(order).await })
@@ -142,7 +150,7 @@ async fn a_lone_winner_behind_a_stalled_send_leaves_on_its_own_once_its_patience
     let stack = Stack::start("batcher-patience").await;
     let orders: Vec<_> = (0..2).map(|_| order()).collect();
     let patience = SETTLE;
-    let batcher = committing_batcher(&stack, &orders, 4, patience);
+    let batcher = committing_batcher(&stack, &orders, 4, patience, NO_LINGER);
     let executed = || stack.local.executed.lock().unwrap().clone();
 
     stack.local.hold(&orders[0].order_token);
@@ -171,6 +179,71 @@ async fn a_lone_winner_behind_a_stalled_send_leaves_on_its_own_once_its_patience
 
     stack.local.release();
     assert_eq!(held.await.unwrap().expect("sent"), TxDecision::Commit);
+    drop(batcher);
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn winners_arriving_one_by_one_within_the_linger_leave_together_once_it_is_over() {
+    let stack = Stack::start("batcher-linger").await;
+    let orders: Vec<_> = (0..5).map(|_| order()).collect();
+    let linger = SETTLE * 2;
+    // Every send free: only the linger can hold the first winner back.
+    let batcher = committing_batcher(&stack, &orders, 4, PATIENT, linger);
+    let executed = || stack.local.executed.lock().unwrap().clone();
+
+    let first_queued = Instant::now();
+    let mut sends = Vec::new();
+    for order in &orders {
+        let (batcher, order) = (batcher.clone(), order.clone());
+        sends.push(tokio::spawn(async move { batcher.send(order).await }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(
+        executed(),
+        Vec::<usize>::new(),
+        "no message within the linger"
+    );
+
+    for send in sends {
+        assert_eq!(send.await.unwrap().expect("sent"), TxDecision::Commit);
+    }
+    assert!(
+        first_queued.elapsed() >= linger,
+        "the first winner lingered, {:?} of {linger:?}",
+        first_queued.elapsed()
+    );
+    assert_eq!(executed(), vec![5], "one message for the five");
+    drop(batcher);
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_message_leaves_without_waiting_for_its_linger() {
+    let stack = Stack::start("batcher-full").await;
+    let orders: Vec<_> = (0..MAX_ORDERS).map(|_| order()).collect();
+    // A linger far beyond the test's wait: only a full message can leave.
+    let batcher = committing_batcher(&stack, &orders, 4, PATIENT, WAIT * 60);
+
+    let sends: Vec<_> = orders
+        .iter()
+        .cloned()
+        .map(|order| {
+            let batcher = batcher.clone();
+            tokio::spawn(async move { batcher.send(order).await })
+        })
+        .collect();
+    for send in sends {
+        let decision = tokio::time::timeout(WAIT, send)
+            .await
+            .expect("a full message does not linger");
+        assert_eq!(decision.unwrap().expect("sent"), TxDecision::Commit);
+    }
+    assert_eq!(
+        stack.local.executed.lock().unwrap().clone(),
+        vec![MAX_ORDERS]
+    );
     drop(batcher);
     stack.shutdown().await;
 }
