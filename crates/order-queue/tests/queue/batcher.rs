@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use domain::{OrderPlaced, OrderToken};
-use order_queue::{BatchTuning, OrderBatcher, TxDecision};
+use order_queue::{BatchTuning, BatchedSend, OrderBatcher, TxDecision};
+use tokio::task::JoinHandle;
 
 use crate::helpers::{Stack, WAIT, order};
 
@@ -49,11 +50,7 @@ async fn orders_queued_behind_a_busy_send_share_a_message_and_each_arrives_once(
 
     let sends: Vec<_> = orders
         .iter()
-        .cloned()
-        .map(|order| {
-            let batcher = batcher.clone();
-            tokio::spawn(async move { batcher.send(order).await })
-        })
+        .map(|order| spawn_send(&batcher, order))
         .collect();
     for send in sends {
         let decision = send.await.unwrap().expect("sent");
@@ -103,10 +100,7 @@ async fn a_few_winners_wait_for_the_send_under_way_and_a_quarter_message_leaves_
     let orders: Vec<_> = (0..5).map(|_| order()).collect();
     // Four sends at most; a quarter of a 16-order message is 4.
     let batcher = committing_batcher(&stack, &orders, 4, PATIENT, NO_LINGER);
-    let send = |order: &OrderPlaced| {
-        let (batcher, order) = (batcher.clone(), order.clone());
-        tokio::spawn(async move { batcher.send(order).await })
-    };
+    let send = |order: &OrderPlaced| spawn_send(&batcher, order);
     let executed = || stack.local.executed.lock().unwrap().clone();
 
     stack.local.hold(&orders[0].order_token);
@@ -154,10 +148,7 @@ async fn a_lone_winner_behind_a_stalled_send_leaves_on_its_own_once_its_patience
     let executed = || stack.local.executed.lock().unwrap().clone();
 
     stack.local.hold(&orders[0].order_token);
-    let held = {
-        let (batcher, order) = (batcher.clone(), orders[0].clone());
-        tokio::spawn(async move { batcher.send(order).await })
-    };
+    let held = spawn_send(&batcher, &orders[0]);
     wait_until(
         || executed().len() == 1,
         "the first send reaches its local transaction",
@@ -195,8 +186,7 @@ async fn winners_arriving_one_by_one_within_the_linger_leave_together_once_it_is
     let first_queued = Instant::now();
     let mut sends = Vec::new();
     for order in &orders {
-        let (batcher, order) = (batcher.clone(), order.clone());
-        sends.push(tokio::spawn(async move { batcher.send(order).await }));
+        sends.push(spawn_send(&batcher, order));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(SETTLE).await;
@@ -228,11 +218,7 @@ async fn a_full_message_leaves_without_waiting_for_its_linger() {
 
     let sends: Vec<_> = orders
         .iter()
-        .cloned()
-        .map(|order| {
-            let batcher = batcher.clone();
-            tokio::spawn(async move { batcher.send(order).await })
-        })
+        .map(|order| spawn_send(&batcher, order))
         .collect();
     for send in sends {
         let decision = tokio::time::timeout(WAIT, send)
@@ -246,6 +232,12 @@ async fn a_full_message_leaves_without_waiting_for_its_linger() {
     );
     drop(batcher);
     stack.shutdown().await;
+}
+
+/// Sends `order` through `batcher` from a task of its own.
+fn spawn_send(batcher: &OrderBatcher, order: &OrderPlaced) -> JoinHandle<BatchedSend> {
+    let (batcher, order) = (batcher.clone(), order.clone());
+    tokio::spawn(async move { batcher.send(order).await })
 }
 
 async fn wait_until(done: impl Fn() -> bool, what: &str) {
