@@ -186,17 +186,6 @@ probe() { # probe OUT TOKENS PRODUCT: the answer to the first buyer's purchase, 
     -H "X-User-Id: ${user}" -d "{\"token\":\"${token}\",\"quantity\":1}" >"$1"
 }
 
-# A round's product leaves Redis once measured. Kept, every run's flows would grow the
-# dataset by hundreds of MB, and Redis rewrites its append-only file (a fork that copies the
-# whole dataset, on the same two cores) each time the file doubles: in the middle of later
-# rounds, and of later runs.
-forget_product() { # forget_product KEY_PREFIX PRODUCT: unlink the product's keys
-  redis-cli -p "$redis_port" --scan --pattern "{$1:$2}:*" |
-    xargs -r redis-cli -p "$redis_port" UNLINK >/dev/null
-}
-# The key prefix of the services started here: config/default.toml's redis.key_prefix.
-sale_prefix=sk
-
 sale() { # sale OUT ARGS...: sale-sim against the gateway, JSON report into OUT, and how
   # busy the services, the stack and the machine were into OUT.cpu.json
   local report="$1" watched
@@ -223,7 +212,6 @@ for round in $(seq 1 "$rounds"); do
   log "sale round ${round}/${rounds} (${buyers} buyers, ${stock} units)"
   sale "${work}/sale-${round}.json" --buyers "$buyers" --stock "$stock" \
     --product "$(product_of "1${round}")" --concurrency 200
-  forget_product "$sale_prefix" "$(product_of "1${round}")"
 done
 
 curl -fsS "${gateway}/metrics" >"${work}/purchase-metrics-before.txt"
@@ -243,7 +231,6 @@ for round in $(seq 1 "$rounds"); do
   log "pre-deduct round ${round}/${rounds}: gateway purchases before sell-out"
   sale "${work}/purchase-${round}.json" --buyers "$purchase_buyers" --stock 10000000 \
     --product "$(product_of "2${round}")" --concurrency 64 --tokens-first
-  forget_product "$sale_prefix" "$(product_of "2${round}")"
 done
 
 curl -fsS "${gateway}/metrics" >"${work}/purchase-metrics-after.txt"
@@ -303,7 +290,6 @@ for round in $(seq 1 "$rounds"); do
   log "latency round ${round}/${rounds}: open loop at ${half_rate} purchases/s"
   sale "${work}/latency-${round}.json" --buyers "$((half_rate * 10))" --stock 10000000 \
     --product "$(product_of "3${round}")" --concurrency 64 --rate "$half_rate"
-  forget_product "$sale_prefix" "$(product_of "3${round}")"
 done
 
 curl -fsS "${gateway}/metrics" >"${work}/latency-metrics-after.txt"
@@ -312,7 +298,6 @@ for round in $(seq 1 "$rounds"); do
   log "10,000-unit sale round ${round}/${rounds}"
   sale "${work}/sale10k-${round}.json" --buyers 20000 --stock 10000 \
     --product "$(product_of "4${round}")" --concurrency 200
-  forget_product "$sale_prefix" "$(product_of "4${round}")"
 done
 
 if ((perf_ok)); then
@@ -396,7 +381,6 @@ drain_round() {
       profile consumer-drain "$(<"$pid_file")" 0 "order-consumer-svc: draining ${drain_orders} queued orders (batch ${batch_size}, ${consumer_concurrency} at once)"
     fi
     wait "$drain_job" || die "the drain ${name} failed (log: $(tail -n 5 "${work}/${name}.log"))"
-    forget_product "$SECKILL_REDIS__KEY_PREFIX" "$product"
   )
 }
 
@@ -411,7 +395,6 @@ for round in $(seq 1 "$rounds"); do
     "$bench" prepare-product --product "$(product_of "8${round}")" --stock 100000000 --fresh
     "$bench" write-orders "${db_watch[@]}" --product "$(product_of "8${round}")" --orders "$drain_orders" --batch "$batch_size" \
       --tasks "$consumer_concurrency" >"${work}/batched-${round}.json"
-    forget_product "$SECKILL_REDIS__KEY_PREFIX" "$(product_of "8${round}")"
   )
   log "drain round ${round}/${rounds}: one transaction per order (${single_orders} orders)"
   (
@@ -419,7 +402,6 @@ for round in $(seq 1 "$rounds"); do
     "$bench" prepare-product --product "$(product_of "9${round}")" --stock 100000000 --fresh
     "$bench" write-orders "${db_watch[@]}" --product "$(product_of "9${round}")" --orders "$single_orders" --batch 1 \
       --tasks "$consumer_concurrency" >"${work}/single-${round}.json"
-    forget_product "$SECKILL_REDIS__KEY_PREFIX" "$(product_of "9${round}")"
   )
 done
 if ((perf_ok)); then
