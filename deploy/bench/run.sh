@@ -23,7 +23,10 @@
 # services are started here, with the per-buyer rate limit raised (wrk reuses 1,000 buyers
 # at tens of thousands of requests/s); the bench refuses to run while they are already up.
 # Everything it writes to the shared servers has a name of its own: databases
-# seckill_bench*, Redis prefixes bench-*, topics and groups seckill-bench-*.
+# seckill_bench*, Redis prefixes bench-*, topics and groups seckill-bench-*. The services'
+# sales (sections 1-3, 7, 8) use the database seckill_bench_sales and the prefix
+# bench-sales, emptied before the run and after it: a run leaves neither flows nor orders
+# behind.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -53,7 +56,10 @@ services="${repo}/deploy/local/services.sh"
 gateway="http://127.0.0.1:8080"
 bare_listen="127.0.0.1:18090"
 redis_port="${SECKILL_STACK_REDIS_PORT:-16379}"
-mysql_base="mysql://seckill:seckill@127.0.0.1:${SECKILL_STACK_MYSQL_PORT:-13306}"
+mysql_port="${SECKILL_STACK_MYSQL_PORT:-13306}"
+mysql_base="mysql://seckill:seckill@127.0.0.1:${mysql_port}"
+sales_database=seckill_bench_sales
+sales_prefix="bench-sales"
 stamp="$(date +%s)"
 # A product id of its own for every sale of every run: a put of an id that has orders is a
 # restock, not a fresh sale. Its argument (stage digit, round) names the sale within the run.
@@ -69,10 +75,23 @@ die() {
   exit 1
 }
 
+# Drops the services' sales: their flows from Redis and their database. Kept, every run's
+# would grow Redis by hundreds of MB (it rewrites its append-only file, a fork copying the
+# whole dataset on the same cores, each time the file doubles) and MySQL by millions of
+# orders; and removing only the flows would leave orders the local reconcile reports as
+# orphans.
+forget_sales() {
+  redis-cli -p "$redis_port" --scan --pattern "{${sales_prefix}:*" |
+    xargs -r redis-cli -p "$redis_port" UNLINK >/dev/null
+  mysql -h 127.0.0.1 -P "$mysql_port" -u seckill -pseckill \
+    -e "DROP DATABASE IF EXISTS \`${sales_database}\`"
+}
+
 bare_pid=""
 cleanup() {
   [[ -n $bare_pid ]] && kill "$bare_pid" 2>/dev/null
   "$services" stop >/dev/null 2>&1 || true
+  forget_sales 2>/dev/null || true
   [[ -n ${BENCH_WORK:-} ]] || rm -rf "$work"
 }
 trap cleanup EXIT
@@ -89,7 +108,7 @@ print(f"{100 * (i1 - i0) / max(t1 - t0, 1):.0f}")
 PY
 
 "${repo}/deploy/local/ensure-tools.sh" wrk redis-benchmark:redis-tools redis-cli:redis-tools \
-  curl python3 perf:linux-perf /usr/bin/time:time
+  mysql:mariadb-client curl python3 perf:linux-perf /usr/bin/time:time
 for b in seckill-bench sale-sim gateway-svc order-consumer-svc reconcile-svc seckill-migrate; do
   [[ -x ${bin_dir}/${b} ]] || die "${bin_dir}/${b} is missing: build first (make build)"
 done
@@ -202,7 +221,9 @@ sale() { # sale OUT ARGS...: sale-sim against the gateway, JSON report into OUT,
 # ---------------------------------------------------------------- the gateway's stages
 # The instance-wide limit too: the refusal path runs above its default of 100,000/s.
 export SECKILL_RATE_LIMIT__USER_PER_SEC=1000000 SECKILL_RATE_LIMIT__USER_BURST=1000000 SECKILL_RATE_LIMIT__GLOBAL_PER_SEC=10000000
-"$services" start >&2
+forget_sales # an interrupted run's
+SECKILL_MYSQL__URL="${mysql_base}/${sales_database}" SECKILL_REDIS__KEY_PREFIX="$sales_prefix" \
+  "$services" start >&2
 unset SECKILL_RATE_LIMIT__USER_PER_SEC SECKILL_RATE_LIMIT__USER_BURST SECKILL_RATE_LIMIT__GLOBAL_PER_SEC
 
 log "gateway RSS with 1000 connections (fresh)"
@@ -330,6 +351,7 @@ kill "$bare_pid" 2>/dev/null || true
 wait "$bare_pid" 2>/dev/null || true
 bare_pid=""
 "$services" stop >&2
+forget_sales
 
 # ---------------------------------------------------------------- the broker: sends
 mapfile -t broker_watch < <(watch_args broker)
