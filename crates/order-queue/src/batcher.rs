@@ -251,9 +251,14 @@ async fn gather_until(
     max_orders: usize,
     deadline: Instant,
 ) {
-    while taken.len() < max_orders && Instant::now() < deadline {
+    // One timer for the whole wait, not one per arrival: a crowd's winners arrive by the
+    // dozen within a linger.
+    // Polled first, so a deadline already past ends the wait at once.
+    let mut lingered = std::pin::pin!(tokio::time::sleep_until(deadline));
+    while taken.len() < max_orders {
         tokio::select! {
-            () = tokio::time::sleep_until(deadline) => return,
+            biased;
+            () = &mut lingered => return,
             next = orders.recv() => match next {
                 Some(pending) => {
                     taken.push(pending);
