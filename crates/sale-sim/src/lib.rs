@@ -103,7 +103,7 @@ impl SaleConfig {
 /// ```
 pub async fn run_sale(config: &SaleConfig) -> anyhow::Result<SaleReport> {
     let concurrency = config.concurrency.max(1);
-    let gateway = Gateway::new(&config.gateway, &config.admin_token, concurrency as usize)
+    let gateway = Gateway::new(&config.gateway, &config.admin_token)
         .context("cannot build the HTTP client")?;
     let product = config.product_id;
 
