@@ -1,5 +1,6 @@
-//! Rate limits with `governor` (GCRA): one bucket for the whole instance and one per buyer.
-//! A rejection says when to come back, as `Retry-After` in whole seconds.
+//! Rate limits with `governor` (GCRA): one bucket for the whole instance and one per buyer;
+//! and a cap on the purchases under way at once. A rejection says when to come back, as
+//! `Retry-After` in whole seconds.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use domain::UserId;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 use platform::settings::RateLimitSettings;
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::error::ApiError;
 
@@ -15,7 +17,12 @@ pub struct RateLimits {
     global: DefaultDirectRateLimiter,
     per_user: DefaultKeyedRateLimiter<UserId>,
     clock: DefaultClock,
+    purchases: Semaphore,
+    purchases_cap: usize,
 }
+
+/// A purchase's place among those under way; the place is free again when it drops.
+pub type PurchaseSlot<'a> = SemaphorePermit<'a>;
 
 fn at_least_one(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n.max(1)).expect("max(1) is non-zero")
@@ -26,11 +33,33 @@ impl RateLimits {
         let global = Quota::per_second(at_least_one(settings.global_per_sec));
         let per_user = Quota::per_second(at_least_one(settings.user_per_sec))
             .allow_burst(at_least_one(settings.user_burst));
+        let purchases_cap = settings.purchases_in_flight.max(1) as usize;
         Self {
             global: RateLimiter::direct(global),
             per_user: RateLimiter::keyed(per_user),
             clock: DefaultClock::default(),
+            purchases: Semaphore::new(purchases_cap),
+            purchases_cap,
         }
+    }
+
+    /// A place for one purchase on its way to Redis and the broker, or a refusal when
+    /// `purchases_in_flight` are already under way. Past what the instance serves, waiting
+    /// would only make every buyer late: the queue grows with the crowd, and so do memory
+    /// and the answers past `redis.timeout_ms`. A refused buyer retries in a second with
+    /// the same token, which the refusal left unused.
+    pub fn enter_purchase(&self) -> Result<PurchaseSlot<'_>, ApiError> {
+        self.purchases.try_acquire().map_err(|_| {
+            metrics::counter!("seckill_rate_limited_total", "scope" => "in_flight").increment(1);
+            ApiError::RateLimited {
+                retry_after_secs: 1,
+            }
+        })
+    }
+
+    /// Purchases under way now.
+    pub fn purchases_in_flight(&self) -> usize {
+        self.purchases_cap - self.purchases.available_permits()
     }
 
     pub fn check_global(&self) -> Result<(), ApiError> {
@@ -69,6 +98,7 @@ mod tests {
             global_per_sec: 1_000,
             user_per_sec,
             user_burst,
+            purchases_in_flight: 2,
         })
     }
 
@@ -89,5 +119,20 @@ mod tests {
         assert!(limits.check_user(UserId(1)).is_ok());
         assert!(limits.check_user(UserId(1)).is_err());
         assert!(limits.check_user(UserId(2)).is_ok());
+    }
+
+    #[test]
+    fn a_purchase_past_the_cap_is_refused_until_one_under_way_is_answered() {
+        let limits = limits(1, 1);
+        let first = limits.enter_purchase().expect("a place");
+        let _second = limits.enter_purchase().expect("a place");
+        assert_eq!(limits.purchases_in_flight(), 2);
+        match limits.enter_purchase() {
+            Err(ApiError::RateLimited { retry_after_secs }) => assert_eq!(retry_after_secs, 1),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        drop(first);
+        assert_eq!(limits.purchases_in_flight(), 1);
+        assert!(limits.enter_purchase().is_ok());
     }
 }

@@ -258,8 +258,8 @@ fn readiness(state: &web::Data<AppState>) -> ops::ReadinessCheck {
     })
 }
 
-/// Once a second: clear sold-out flags whose product's epoch moved. Every 30 s: forget
-/// idle buyers' rate-limit buckets.
+/// Once a second: clear sold-out flags whose product's epoch moved, and sample the
+/// purchases under way. Every 30 s: forget idle buyers' rate-limit buckets.
 async fn watch_sold_out_and_limits(state: SharedState, shutdown: Shutdown) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut ticks: u64 = 0;
@@ -272,6 +272,8 @@ async fn watch_sold_out_and_limits(state: SharedState, shutdown: Shutdown) {
         if ticks.is_multiple_of(30) {
             state.limits.forget_idle_buyers();
         }
+        metrics::gauge!("seckill_purchases_in_flight")
+            .set(state.limits.purchases_in_flight() as f64);
         let flagged: Vec<_> = state
             .sold_out
             .flagged()

@@ -54,7 +54,8 @@ pub const SERIES: &[(&str, &str)] = &[
     // gateway-svc
     ("seckill_tokens_issued_total", "Purchase tokens issued."),
     ("seckill_purchases_total", "Purchases answered, by outcome (accepted, sold_out, duplicate, limit_exceeded, sale_not_open, invalid_token, not_loaded, rolled_back, send_failed, bad_request)."),
-    ("seckill_rate_limited_total", "Requests refused by a rate limit, by scope (global, user)."),
+    ("seckill_rate_limited_total", "Requests refused by a rate limit, by scope (global, user, in_flight: rate_limit.purchases_in_flight purchases were under way)."),
+    ("seckill_purchases_in_flight", "Purchases under way in this gateway (on their way to Redis and the broker), sampled once a second."),
     ("seckill_sold_out_flag", "1 while this gateway holds the local sold-out flag of a product, else 0."),
     ("seckill_lua_seconds", "Time of one Lua script call to Redis, by script (pre_deduct, confirm, release)."),
     ("seckill_send_seconds", "Time of one transactional send: the half message and the local transaction."),

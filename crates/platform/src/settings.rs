@@ -110,6 +110,9 @@ pub struct RateLimitSettings {
     pub global_per_sec: u32,
     pub user_per_sec: u32,
     pub user_burst: u32,
+    /// Most purchases one instance takes to Redis and the broker at once; past it a
+    /// purchase is refused at once (429) rather than queued.
+    pub purchases_in_flight: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]

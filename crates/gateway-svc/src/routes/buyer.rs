@@ -250,6 +250,10 @@ async fn buy(
     if claims.product_id() != product {
         return Err(ApiError::InvalidToken("for another product"));
     }
+    // A place among the purchases under way, held until this one is answered. Taken after
+    // the token check, so a forged token never holds one; before the buyer's budget, so a
+    // purchase refused for want of one costs the buyer nothing.
+    let _slot = state.limits.enter_purchase()?;
     // The buyer's budget counts purchases that could reserve something: a malformed,
     // forged or foreign one is refused above without spending it (bad input changes
     // nothing), and the HMAC it costs is a microsecond.

@@ -191,6 +191,37 @@ impl TestApp {
     }
 }
 
+impl TestApp {
+    /// Polls the gateway's `/metrics` until the unlabelled series `name` reads `value`, or
+    /// panics after `timeout`.
+    pub async fn wait_metric(&self, name: &str, value: f64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let text = self
+                .client
+                .get(format!("{}/metrics", self.address))
+                .send()
+                .await
+                .expect("the gateway answers")
+                .text()
+                .await
+                .expect("a text body");
+            let current = text.lines().find_map(|line| {
+                let (series, reading) = line.split_once(' ')?;
+                (series == name).then(|| reading.trim().parse::<f64>().ok())?
+            });
+            if current == Some(value) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} is {current:?}, not {value}, after {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 pub async fn body(response: Response) -> Value {
     response.json().await.expect("a JSON body")
 }

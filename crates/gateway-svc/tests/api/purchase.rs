@@ -302,3 +302,57 @@ async fn the_order_a_token_will_place_is_named_when_the_token_is_issued() {
     assert_eq!(queued["order_token"], named);
     assert_eq!(app.order_status(7, named).await.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn a_purchase_past_the_in_flight_cap_is_told_to_retry_and_its_token_still_buys() {
+    // One purchase under way at a time, and a winner's message waits 3 s for others to
+    // join it: the first purchase is still under way when the second arrives.
+    let app = spawn_app_with(&[
+        ("SECKILL_RATE_LIMIT__PURCHASES_IN_FLIGHT", "1"),
+        ("SECKILL_GATEWAY__SEND_LINGER_MS", "3000"),
+    ])
+    .await;
+    app.open_sale(1, 5, 1).await;
+    let first_token = app.token(7, 1).await;
+    let second_token = app.token(8, 1).await;
+
+    let first = {
+        let (client, address) = (app.client.clone(), app.address.clone());
+        tokio::spawn(async move {
+            client
+                .post(format!("{address}/api/v1/products/1/purchase"))
+                .header("X-User-Id", "7")
+                .json(&serde_json::json!({"token": first_token, "quantity": 1}))
+                .send()
+                .await
+                .expect("the gateway answers")
+        })
+    };
+    app.wait_metric("seckill_purchases_in_flight", 1.0, Duration::from_secs(2))
+        .await;
+
+    let refused = app.purchase(8, 1, &second_token, 1).await;
+    assert_eq!(
+        refused
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap()),
+        Some("1")
+    );
+    assert_error(refused, StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED").await;
+    assert_eq!(
+        app.admin_view(1).await["flows"],
+        1,
+        "only the first reserved"
+    );
+
+    assert_eq!(first.await.unwrap().status(), StatusCode::ACCEPTED);
+    // The refusal took nothing: not the unit, not the token, not the buyer's budget.
+    assert_eq!(
+        app.purchase(8, 1, &second_token, 1).await.status(),
+        StatusCode::ACCEPTED
+    );
+    let view = app.admin_view(1).await;
+    assert_eq!(view["redis_stock"], 3, "{view}");
+    assert_eq!(view["flows"], 2, "{view}");
+}
