@@ -397,6 +397,68 @@ w("The same stages, from the gateway's histograms over the open-loop rounds:")
 w("")
 stage_table(f"{work}/latency-metrics-before.txt", f"{work}/latency-metrics-after.txt")
 
+overload = {cap: [load(f"overload-{cap}-{r}.json") if os.path.exists(f"{work}/overload-{cap}-{r}.json") else None
+                  for r in R]
+            for cap in ("default", "none")}
+if all(overload["default"]) and all(overload["none"]):
+    w("## 3b. Past capacity: the gateway's in-flight cap")
+    w("")
+    w(f"`sale-sim --rate {params['overload_rate']} --buyers {params['overload_rate'] * 6:,}`: an open loop "
+      "at 2.5 times the rate of section 3 — above what the crowd of section 1 reached — for 6 s, "
+      "against a freshly started gateway with its cap on the purchases under way "
+      "(`rate_limit.purchases_in_flight`, default 1,024: past it a purchase is answered 429 "
+      "`RATE_LIMITED` at once, having changed nothing) and without one (the setting at 10^8). "
+      "Alternating, one of each per round. sale-sim gives up on an answer after 10 s "
+      "(`NO_RESPONSE`/`TIMEOUT`); the gateway answers `UNAVAILABLE` when Redis does not answer "
+      "pre_deduct within `redis.timeout_ms` (1 s). \"Orders for buyers told otherwise\": orders in "
+      "MySQL, after the drain, beyond the purchases answered 202.")
+    w("")
+
+    def outcome(x, code):
+        return x["outcomes"].get(code, 0)
+
+    def told_otherwise(x):
+        return x["orders_in_mysql"] - x["accepted"]
+
+    def rss_mib(cap, r):
+        path = f"{work}/overload-{cap}-{r}.rss-kib"
+        return int(open(path).read()) / 1024 if os.path.exists(path) else None
+
+    w("| figure | with the cap (median) | rounds | without (median) | rounds |")
+    w("|---|---|---|---|---|")
+    rows = [
+        ("purchases/s, first sent to last answered", lambda x, r: x["purchases_per_sec"], 0),
+        ("answered 202 (accepted)", lambda x, r: x["accepted"], 0),
+        ("answered 429 RATE_LIMITED (the cap)", lambda x, r: outcome(x, "RATE_LIMITED"), 0),
+        ("answered 503 UNAVAILABLE (Redis too slow)", lambda x, r: outcome(x, "UNAVAILABLE"), 0),
+        ("no answer within 10 s", lambda x, r: outcome(x, "NO_RESPONSE") + outcome(x, "TIMEOUT"), 0),
+        ("latency of every answer, p50 (ms)", lambda x, r: p(x, "purchase_latency_ms", "p50"), 1),
+        ("latency of every answer, p99 (ms)", lambda x, r: p(x, "purchase_latency_ms", "p99"), 1),
+        ("latency of the accepted, p99 (ms)", lambda x, r: p(x, "accepted_latency_ms", "p99"), 1),
+        ("orders for buyers told otherwise", lambda x, r: told_otherwise(x), 0),
+        ("gateway RSS after the round (MiB)", None, 1),
+    ]
+    for label, get, digits in rows:
+        cells = []
+        for cap in ("default", "none"):
+            values = [rss_mib(cap, r) if get is None else get(x, r)
+                      for r, x in zip(R, overload[cap])]
+            cells += [fmt(med(values), digits), series(values, digits)]
+        w(f"| {label} | " + " | ".join(cells) + " |")
+    w("")
+    def units_add_up(x):
+        return (x["redis_stock"] + x["flows"] == x["stock"]
+                and x["mysql_stock"] + x["orders_in_mysql"] == x["stock"])
+
+    off = [f"{cap} {r}" for cap in overload for r, x in zip(R, overload[cap]) if not units_add_up(x)]
+    w("Units in every round: Redis stock + flow records = the stock loaded, and MySQL stock + "
+      f"orders = the stock loaded: {'yes' if not off else 'no, in ' + ', '.join(off)}. Nothing "
+      "is sold that pre_deduct did not reserve. Without the cap, the orders beyond the accepted ones are buyers who "
+      "were told `UNAVAILABLE` or got no answer while their purchase went on: they get the "
+      "unit. The flows still without an order then wait for reconcile (the default policy "
+      "re-publishes them).")
+    w("")
+
 w("## 4. Transactional against plain sends of the same client")
 w("")
 w("`seckill-bench sends`: one `OrderPublisher` (the gateway's sizing: a client runtime with a "

@@ -11,6 +11,7 @@
 #   4. p99 purchase latency, open loop at half the measured purchase rate;
 #   5. units/s of a 10,000-unit sale, first request to the last order in MySQL;
 #   6. the gateway's RSS with 1,000 keep-alive connections open (fresh, and after the load);
+#      then past capacity: an open loop at 2.5 times the half rate, the in-flight cap on/off;
 #   7. transactional against plain sends of one OrderPublisher, at 8/32/64 in flight, a
 #      pool of publishers, and transactional messages of 16 orders (the gateway's batching);
 #   8. order-consumer-svc draining DRAIN_ORDERS queued orders into MySQL, against
@@ -219,12 +220,17 @@ sale() { # sale OUT ARGS...: sale-sim against the gateway, JSON report into OUT,
 }
 
 # ---------------------------------------------------------------- the gateway's stages
-# The instance-wide limit too: the refusal path runs above its default of 100,000/s.
-export SECKILL_RATE_LIMIT__USER_PER_SEC=1000000 SECKILL_RATE_LIMIT__USER_BURST=1000000 SECKILL_RATE_LIMIT__GLOBAL_PER_SEC=10000000
+# start_services [NAME=VALUE...]: the services on the sales' database and prefix, with the
+# rate limits raised (the instance-wide one too: the refusal path runs above its default of
+# 100,000/s) and any further settings given.
+start_services() {
+  env SECKILL_RATE_LIMIT__USER_PER_SEC=1000000 SECKILL_RATE_LIMIT__USER_BURST=1000000 \
+    SECKILL_RATE_LIMIT__GLOBAL_PER_SEC=10000000 \
+    SECKILL_MYSQL__URL="${mysql_base}/${sales_database}" SECKILL_REDIS__KEY_PREFIX="$sales_prefix" \
+    "$@" "$services" start >&2
+}
 forget_sales # an interrupted run's
-SECKILL_MYSQL__URL="${mysql_base}/${sales_database}" SECKILL_REDIS__KEY_PREFIX="$sales_prefix" \
-  "$services" start >&2
-unset SECKILL_RATE_LIMIT__USER_PER_SEC SECKILL_RATE_LIMIT__USER_BURST SECKILL_RATE_LIMIT__GLOBAL_PER_SEC
+start_services
 
 log "gateway RSS with 1000 connections (fresh)"
 "$bench" conns --addr 127.0.0.1:8080 --count 1000 --pid "$(gateway_pid)" >"${work}/conns-fresh.json"
@@ -347,6 +353,29 @@ fi
 log "gateway RSS with 1000 connections (after the load)"
 "$bench" conns --addr 127.0.0.1:8080 --count 1000 --pid "$(gateway_pid)" >"${work}/conns-loaded.json"
 
+# Past capacity: an open loop at 2.5 times the half rate (above what the crowd reached),
+# for 6 s, against a fresh gateway with its in-flight cap (the default) and without one
+# (a cap no crowd reaches), alternating. Last of the gateway's stages: what an overload
+# leaves in memory is not the RSS measured above.
+overload_rate=$((half_rate * 5 / 2))
+for round in $(seq 1 "$rounds"); do
+  for cap in default none; do
+    log "past capacity round ${round}/${rounds}: open loop at ${overload_rate}/s, in-flight cap ${cap}"
+    "$services" stop >&2
+    # A product of its own for each: the buyers' user ids are the same in both.
+    if [[ $cap == none ]]; then
+      product="$(product_of "11${round}")"
+      start_services SECKILL_RATE_LIMIT__PURCHASES_IN_FLIGHT=100000000
+    else
+      product="$(product_of "10${round}")"
+      start_services
+    fi
+    sale "${work}/overload-${cap}-${round}.json" --buyers "$((overload_rate * 6))" --stock 100000000 \
+      --product "$product" --concurrency 64 --rate "$overload_rate" --drain-timeout-secs 120
+    awk '/^VmRSS/ { print $2 }' "/proc/$(gateway_pid)/status" >"${work}/overload-${cap}-${round}.rss-kib"
+  done
+done
+
 kill "$bare_pid" 2>/dev/null || true
 wait "$bare_pid" 2>/dev/null || true
 bare_pid=""
@@ -441,6 +470,7 @@ cat >"${work}/params.json" <<JSON
  "drain_orders": ${drain_orders}, "single_orders": ${single_orders},
  "purchase_buyers": ${purchase_buyers}, "lua_requests": ${lua_requests},
  "wrk_secs": ${wrk_secs}, "wrk_conns": ${wrk_conns}, "half_rate": ${half_rate},
+ "overload_rate": ${overload_rate},
  "batch_size": ${batch_size}, "consumer_concurrency": ${consumer_concurrency},
  "gateway_per_message": ${gateway_per_message},
  "svg_dir": "$(realpath --relative-to="$(dirname "$out")" "$svg_dir")"}
