@@ -316,38 +316,30 @@ async fn a_purchase_past_the_in_flight_cap_is_told_to_retry_and_its_token_still_
     let first_token = app.token(7, 1).await;
     let second_token = app.token(8, 1).await;
 
-    let first = {
-        let (client, address) = (app.client.clone(), app.address.clone());
-        tokio::spawn(async move {
-            client
-                .post(format!("{address}/api/v1/products/1/purchase"))
-                .header("X-User-Id", "7")
-                .json(&serde_json::json!({"token": first_token, "quantity": 1}))
-                .send()
-                .await
-                .expect("the gateway answers")
-        })
-    };
-    app.wait_metric("seckill_purchases_in_flight", 1.0, Duration::from_secs(2))
+    let (first, ()) = tokio::join!(app.purchase(7, 1, &first_token, 1), async {
+        app.wait_metric(
+            "seckill_purchases_in_flight",
+            1.0,
+            Duration::from_millis(2500),
+        )
         .await;
-
-    let refused = app.purchase(8, 1, &second_token, 1).await;
-    assert_eq!(
-        refused
-            .headers()
-            .get("retry-after")
-            .map(|v| v.to_str().unwrap()),
-        Some("1")
-    );
-    assert_error(refused, StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED").await;
-    assert_eq!(
-        app.admin_view(1).await["flows"],
-        1,
-        "only the first reserved"
-    );
-
-    assert_eq!(first.await.unwrap().status(), StatusCode::ACCEPTED);
-    // The refusal took nothing: not the unit, not the token, not the buyer's budget.
+        let refused = app.purchase(8, 1, &second_token, 1).await;
+        assert_eq!(
+            refused
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap()),
+            Some("1")
+        );
+        assert_error(refused, StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED").await;
+        assert_eq!(
+            app.admin_view(1).await["flows"],
+            1,
+            "only the first reserved"
+        );
+    });
+    assert_eq!(first.status(), StatusCode::ACCEPTED);
+    // The refusal took nothing: neither a unit nor the token.
     assert_eq!(
         app.purchase(8, 1, &second_token, 1).await.status(),
         StatusCode::ACCEPTED
