@@ -189,9 +189,7 @@ impl TestApp {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-}
 
-impl TestApp {
     /// Polls the gateway's `/metrics` until the unlabelled series `name` reads `value`, or
     /// panics after `timeout`.
     pub async fn wait_metric(&self, name: &str, value: f64, timeout: Duration) {
