@@ -190,32 +190,20 @@ impl TestApp {
         }
     }
 
-    /// Polls the gateway's `/metrics` until the unlabelled series `name` reads `value`, or
-    /// panics after `timeout`.
-    pub async fn wait_metric(&self, name: &str, value: f64, timeout: Duration) {
+    /// Polls the product's admin view until it holds `flows` flow records (reserved
+    /// units), or panics after `timeout`.
+    pub async fn wait_flows(&self, product: u64, flows: u64, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
-            let text = self
-                .client
-                .get(format!("{}/metrics", self.address))
-                .send()
-                .await
-                .expect("the gateway answers")
-                .text()
-                .await
-                .expect("a text body");
-            let current = text.lines().find_map(|line| {
-                let (series, reading) = line.split_once(' ')?;
-                (series == name).then(|| reading.trim().parse::<f64>().ok())?
-            });
-            if current == Some(value) {
+            let view = self.admin_view(product).await;
+            if view["flows"] == flows {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "{name} is {current:?}, not {value}, after {timeout:?}"
+                "not {flows} flows after {timeout:?}: {view}"
             );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 }

@@ -317,12 +317,8 @@ async fn a_purchase_past_the_in_flight_cap_is_told_to_retry_and_its_token_still_
     let second_token = app.token(8, 1).await;
 
     let (first, ()) = tokio::join!(app.purchase(7, 1, &first_token, 1), async {
-        app.wait_metric(
-            "seckill_purchases_in_flight",
-            1.0,
-            Duration::from_millis(2500),
-        )
-        .await;
+        // Its unit reserved, the first purchase waits in its message's linger.
+        app.wait_flows(1, 1, Duration::from_millis(2500)).await;
         let refused = app.purchase(8, 1, &second_token, 1).await;
         assert_eq!(
             refused
