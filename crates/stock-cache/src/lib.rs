@@ -35,12 +35,32 @@ pub enum CacheError {
     Redis(#[from] redis::RedisError),
     #[error("Redis did not answer within {0:?}")]
     Timeout(Duration),
+    /// The call was sent and its answer did not come in time: it may have run, or may still
+    /// run (its command waits in Redis's input while Redis is stalled). Only
+    /// [`StockCache::pre_deduct`] tells this apart from [`CacheError::Timeout`].
+    #[error("Redis did not answer a call sent to it within {0:?}; it may still run")]
+    Unanswered(Duration),
     #[error("a script answered something it never returns: {0}")]
     UnexpectedReply(String),
     /// Redis has lost the product (no meta): no decision can be read from it until an
     /// operator reloads the product from MySQL.
     #[error("the product is not loaded in Redis")]
     NotLoaded,
+}
+
+impl CacheError {
+    /// Whether the call may have run in Redis although its caller got no answer: it timed out
+    /// after it was sent, or the connection was lost under it. Errors Redis answered, and
+    /// calls that never got a connection, changed nothing.
+    pub fn may_have_run(&self) -> bool {
+        match self {
+            Self::Unanswered(_) => true,
+            Self::Redis(error) => {
+                error.is_io_error() || error.is_connection_dropped() || error.is_timeout()
+            }
+            _ => false,
+        }
+    }
 }
 
 /// What `release.lua` did.
@@ -198,6 +218,11 @@ impl StockCache {
     }
 
     /// Runs `lua/pre_deduct.lua`: duplicate check, per-user limit, stock, flow record.
+    ///
+    /// A script sent but not answered within the timeout is [`CacheError::Unanswered`]: it
+    /// may still reserve, so the caller gives its token back with [`StockCache::release`]
+    /// (which tombstones a token that reserved nothing, so a late script cannot either).
+    /// Timed out waiting for a connection, it was never sent: [`CacheError::Timeout`].
     pub async fn pre_deduct(
         &self,
         token: &OrderToken,
@@ -205,21 +230,28 @@ impl StockCache {
         quantity: u32,
     ) -> Result<PreDeductOutcome, CacheError> {
         let keys = self.keys(token.product_id());
-        self.timed(async {
-            let mut conn = self.connection().await?;
-            let (code, stock): (i64, i64) = scripts::invoke(
-                scripts::PRE_DEDUCT
-                    .key(&keys.sale_keys()[..])
-                    .arg(token.to_string())
-                    .arg(user.get())
-                    .arg(quantity),
-                &mut conn,
-            )
-            .await?;
-            PreDeductOutcome::from_script(code, stock)
-                .ok_or_else(|| CacheError::UnexpectedReply(format!("pre_deduct {code}")))
-        })
-        .await
+        let mut sent = false;
+        let outcome = self
+            .timed(async {
+                let mut conn = self.connection().await?;
+                sent = true;
+                let (code, stock): (i64, i64) = scripts::invoke(
+                    scripts::PRE_DEDUCT
+                        .key(&keys.sale_keys()[..])
+                        .arg(token.to_string())
+                        .arg(user.get())
+                        .arg(quantity),
+                    &mut conn,
+                )
+                .await?;
+                PreDeductOutcome::from_script(code, stock)
+                    .ok_or_else(|| CacheError::UnexpectedReply(format!("pre_deduct {code}")))
+            })
+            .await;
+        match outcome {
+            Err(CacheError::Timeout(after)) if sent => Err(CacheError::Unanswered(after)),
+            other => other,
+        }
     }
 
     /// Runs `lua/confirm.lua` for one order: true = COMMIT (the flow is committed), false =

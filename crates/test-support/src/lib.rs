@@ -3,7 +3,8 @@
 //! afterwards, so tests run in parallel without seeing each other.
 //!
 //! - [`mysql`]: a fresh, migrated MySQL/MariaDB database per test ([`mysql::TestDb`]).
-//! - [`redis`]: a key prefix of its own per test ([`redis::TestRedis`]).
+//! - [`redis`]: a key prefix of its own per test ([`redis::TestRedis`]), or a server of its
+//!   own to stall ([`redis::PrivateRedis`]).
 //! - [`stack`]: both, plus a topic and groups, and the settings that point at them.
 //! - [`process`]: the services' real binaries as child processes.
 //! - [`service`]: a service in this process, on its own thread and runtime.

@@ -147,3 +147,82 @@ fn scan_prefix(conn: &mut redis::Connection, prefix: &str) -> redis::RedisResult
     keys.dedup();
     Ok(keys)
 }
+
+/// A `redis-server` of the test's own, on a free loopback port, without persistence: for
+/// tests that stall or stop the server, which they must not do to the shared one. Killed
+/// when dropped.
+pub struct PrivateRedis {
+    port: u16,
+    child: tokio::process::Child,
+}
+
+impl std::fmt::Debug for PrivateRedis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrivateRedis")
+            .field("port", &self.port)
+            .finish()
+    }
+}
+
+impl PrivateRedis {
+    /// Starts `redis-server` (the binary the local stack installs) and waits until it
+    /// answers PING.
+    pub async fn start() -> Self {
+        let port = crate::process::free_port();
+        let dir = std::env::temp_dir().join(format!("seckill-test-redis-{port}"));
+        std::fs::create_dir_all(&dir).expect("a data folder");
+        let child = tokio::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start redis-server (`bash deploy/local/stack.sh up` installs it): {e}"
+                )
+            });
+        let server = Self { port, child };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while server.ping().is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server on port {port} did not answer within 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGSTOP: the server keeps its connections and takes in what is sent, but runs and
+    /// answers nothing until [`PrivateRedis::thaw`] — a stalled Redis.
+    pub fn freeze(&self) {
+        self.signal("STOP");
+    }
+
+    /// SIGCONT: the server runs what waited in its connections, in its own order.
+    pub fn thaw(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("redis-server still runs");
+        let status = std::process::Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal} {pid}: {status}");
+    }
+
+    fn ping(&self) -> redis::RedisResult<String> {
+        let mut conn = redis::Client::open(self.url())?.get_connection()?;
+        redis::cmd("PING").query(&mut conn)
+    }
+}

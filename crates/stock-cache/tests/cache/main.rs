@@ -11,3 +11,4 @@ mod pool;
 mod pre_deduct;
 mod reads;
 mod scripts;
+mod stall;
