@@ -1,7 +1,9 @@
 //! The purchase path, in the order DESIGN.md gives it and for the reasons it gives:
 //! the Lua pre-deduct first (the crowd stops there), then — winners only — the
 //! transactional message, whose local transaction is `confirm.lua`. A send that fails
-//! runs `release.lua`, which refuses to give back a unit a check-back has committed.
+//! runs `release.lua`, which refuses to give back a unit a check-back has committed; so
+//! does a pre-deduct that Redis did not answer in time, because its script may still
+//! reserve a unit once Redis catches up, for a buyer who was told the purchase failed.
 //! Winners of one product that arrive while the broker is busy share a message
 //! ([`OrderBatcher`]): its local transaction confirms all of their flows or none.
 //!
@@ -25,10 +27,11 @@ use tracing::Instrument;
 use crate::error::ApiError;
 use crate::sold_out::SoldOutFlags;
 
-/// How often, and how far apart, a purchase whose local transaction gave no answer asks
-/// Redis itself before answering: long enough to ride out a Redis restart or failover.
-const UNKNOWN_RETRIES: u32 = 5;
-const UNKNOWN_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+/// How often, and how far apart, a purchase whose outcome Redis left open (a local
+/// transaction with no answer, a pre-deduct with no answer) asks Redis again before
+/// answering: long enough to ride out a Redis restart or failover.
+const REDIS_RETRIES: u32 = 5;
+const REDIS_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 pub struct PurchaseDesk {
     cache: StockCache,
@@ -116,7 +119,14 @@ impl PurchaseDesk {
             .await;
         lua_seconds("pre_deduct", started);
         let reserved_at_ms = chrono::Utc::now().timestamp_millis();
-        match reserved.map_err(|e| ApiError::unavailable("Redis cannot be reached", e))? {
+        let reserved = match reserved {
+            Ok(reserved) => reserved,
+            Err(error) if error.may_have_run() => {
+                return self.withdraw_unanswered(&claims.order_token, error).await;
+            }
+            Err(error) => return Err(ApiError::unavailable("Redis cannot be reached", error)),
+        };
+        match reserved {
             PreDeductOutcome::Reserved { stock_after } => {
                 platform::ops::record_stock(product.get(), "redis", stock_after);
                 if stock_after == 0 {
@@ -218,9 +228,9 @@ impl PurchaseDesk {
     /// Redis not answering at all leaves the outcome to the check-back, and the buyer is
     /// told to poll the order rather than promised one.
     async fn settle_unknown(&self, token: &OrderToken) -> Result<(), ApiError> {
-        for attempt in 0..UNKNOWN_RETRIES {
+        for attempt in 0..REDIS_RETRIES {
             if attempt > 0 {
-                tokio::time::sleep(UNKNOWN_RETRY_PAUSE).await;
+                tokio::time::sleep(REDIS_RETRY_PAUSE).await;
             }
             let started = Instant::now();
             let confirmed = self
@@ -247,16 +257,53 @@ impl PurchaseDesk {
         })
     }
 
-    async fn release_after_failed_send(
+    /// Redis did not answer the pre-deduct, but may have run it, or may still: while Redis
+    /// is stalled the script waits in its input and reserves once Redis catches up. Told
+    /// 503, the buyer must not get that unit (reconcile would otherwise turn the lone flow
+    /// into an order), so the token is given back first: `release.lua` returns a unit that
+    /// was reserved, and tombstones a token that reserved nothing, which a late pre-deduct
+    /// then refuses. Either order of the two scripts ends with nothing reserved. Asked a few
+    /// times; if Redis answers none of them the flow, if any, is left to reconcile.
+    async fn withdraw_unanswered(
         &self,
-        order: &OrderPlaced,
-        send_error: order_queue::SendFailed,
+        token: &OrderToken,
+        error: stock_cache::CacheError,
     ) -> Result<(), ApiError> {
-        let token = &order.order_token;
+        for attempt in 0..REDIS_RETRIES {
+            if attempt > 0 {
+                tokio::time::sleep(REDIS_RETRY_PAUSE).await;
+            }
+            match self.release(token, "pre_deduct_unanswered").await {
+                // Only confirm.lua commits a flow, and no message was sent for this one: a
+                // reconcile run would have to have confirmed it. Its order is on the way.
+                Ok(ReleaseOutcome::AlreadyCommitted) => {
+                    tracing::warn!(order = %short_token(token), "An unanswered pre-deduct's flow was already committed; its order stands.");
+                    outcome("accepted");
+                    return Ok(());
+                }
+                Ok(_) => break,
+                Err(release_error) => {
+                    tracing::warn!(order = %short_token(token), attempt, error = ?release_error, "release.lua failed after an unanswered pre-deduct.");
+                    if attempt + 1 == REDIS_RETRIES {
+                        tracing::warn!(order = %short_token(token), "An unanswered pre-deduct may hold a unit; reconcile will settle its flow.");
+                    }
+                }
+            }
+        }
+        outcome("unanswered");
+        Err(ApiError::unavailable("Redis did not answer in time", error))
+    }
+
+    /// `release.lua`, timed, traced and counted by what it did.
+    async fn release(
+        &self,
+        token: &OrderToken,
+        reason: &'static str,
+    ) -> Result<ReleaseOutcome, stock_cache::CacheError> {
         let started = Instant::now();
         let released = self
             .cache
-            .release(token, "send_failed")
+            .release(token, reason)
             .instrument(lua_span("release"))
             .await;
         lua_seconds("release", started);
@@ -266,9 +313,19 @@ impl PurchaseDesk {
                 ReleaseOutcome::NothingReserved => "nothing_reserved",
                 ReleaseOutcome::AlreadyCommitted => "already_committed",
             };
-            metrics::counter!("seckill_releases_total", "outcome" => label).increment(1);
+            metrics::counter!("seckill_releases_total", "outcome" => label, "reason" => reason)
+                .increment(1);
         }
-        match released {
+        released
+    }
+
+    async fn release_after_failed_send(
+        &self,
+        order: &OrderPlaced,
+        send_error: order_queue::SendFailed,
+    ) -> Result<(), ApiError> {
+        let token = &order.order_token;
+        match self.release(token, "send_failed").await {
             // A check-back got there first and committed: the order is on its way.
             Ok(ReleaseOutcome::AlreadyCommitted) => {
                 outcome("accepted");

@@ -53,13 +53,13 @@ pub const SERIES: &[(&str, &str)] = &[
     ("seckill_http_request_duration_seconds", "Time to answer an HTTP request, by method and route."),
     // gateway-svc
     ("seckill_tokens_issued_total", "Purchase tokens issued."),
-    ("seckill_purchases_total", "Purchases answered, by outcome (accepted, sold_out, duplicate, limit_exceeded, sale_not_open, invalid_token, not_loaded, rolled_back, send_failed, bad_request)."),
+    ("seckill_purchases_total", "Purchases answered, by outcome (accepted, sold_out, duplicate, limit_exceeded, sale_not_open, invalid_token, not_loaded, rolled_back, send_failed, unconfirmed, unanswered, bad_request)."),
     ("seckill_rate_limited_total", "Requests refused by a rate limit, by scope (global, user, in_flight: rate_limit.purchases_in_flight purchases were under way)."),
     ("seckill_purchases_in_flight", "Purchases under way in this gateway (on their way to Redis and the broker), sampled once a second."),
     ("seckill_sold_out_flag", "1 while this gateway holds the local sold-out flag of a product, else 0."),
     ("seckill_lua_seconds", "Time of one Lua script call to Redis, by script (pre_deduct, confirm, release)."),
     ("seckill_send_seconds", "Time of one transactional send: the half message and the local transaction."),
-    ("seckill_releases_total", "Units given back after a failed send, by outcome of release.lua."),
+    ("seckill_releases_total", "release.lua calls of the purchase path, by outcome and reason (send_failed, pre_deduct_unanswered)."),
     ("seckill_checkbacks_total", "Local transactions (kind=local) and broker check-backs (kind=check_back), by answer (commit, rollback, unknown)."),
     ("seckill_stock_left", "Units left for sale per product, as last seen in a store (store=redis or mysql)."),
     // order-consumer-svc
