@@ -8,6 +8,9 @@
 #   stack.sh status             one line per component; exit 1 unless all answer
 #   stack.sh start|stop|restart <component>
 #   stack.sh kill <component>   SIGKILL, for fault drills
+#   stack.sh freeze|thaw <component>
+#                               SIGSTOP / SIGCONT, for fault drills: frozen, it keeps its
+#                               connections and takes in what is sent, but answers nothing
 #   stack.sh wipe <component>   delete its data (it is restarted, empty, if it was running)
 #
 # Components and ports: redis 16379, mariadb 13306, namesrv 19876, broker 20911 (also
@@ -376,6 +379,8 @@ stop_one() {
     return 0
   fi
   kill "-${signal}" "$pid" 2>/dev/null || true
+  # A frozen process acts on SIGTERM only once it runs again.
+  kill -CONT "$pid" 2>/dev/null || true
   if [[ $signal == KILL ]]; then
     wait_gone "$c" "$pid" 10 || die "${c} (pid ${pid}) survived SIGKILL"
     log "${c}: killed (pid ${pid})"
@@ -387,6 +392,15 @@ stop_one() {
     wait_gone "$c" "$pid" 10 || die "${c} (pid ${pid}) survived SIGKILL"
   fi
   rm -f "$(pid_file "$c")"
+}
+
+# signal_one COMPONENT SIGNAL WORD: a signal to a running component, no waiting.
+signal_one() {
+  local c="$1" pid
+  check_component "$c"
+  pid="$(pid_of "$c")" || die "${c}: not running"
+  kill "-$2" "$pid"
+  log "${c}: $3 (pid ${pid})"
 }
 
 wipe_one() {
@@ -460,7 +474,7 @@ main() {
       (($# == 1)) || die "usage: stack.sh ${command}"
       "cmd_${command}"
       ;;
-    start | stop | kill | restart | wipe)
+    start | stop | kill | restart | wipe | freeze | thaw)
       (($# == 2)) || die "usage: stack.sh ${command} <component>  (component: ${all_components[*]})"
       case "$command" in
         start) start_one "$2" ;;
@@ -471,6 +485,8 @@ main() {
           start_one "$2"
           ;;
         wipe) wipe_one "$2" ;;
+        freeze) signal_one "$2" STOP frozen ;;
+        thaw) signal_one "$2" CONT thawed ;;
       esac
       ;;
     -h | --help | help) usage ;;

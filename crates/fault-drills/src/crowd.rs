@@ -39,6 +39,10 @@ pub struct CrowdPlan {
     pub per_sec: Option<f64>,
     /// Buyers in flight at once.
     pub concurrency: usize,
+    /// Every buyer's token first, as fast as `concurrency` allows, and only then the
+    /// purchases at `per_sec`: a fault during the sale then meets purchases, never the token
+    /// requests before them.
+    pub tokens_first: bool,
 }
 
 impl CrowdPlan {
@@ -49,6 +53,7 @@ impl CrowdPlan {
             first_user: 1,
             per_sec: Some(per_sec),
             concurrency: 16,
+            tokens_first: false,
         }
     }
 
@@ -59,6 +64,15 @@ impl CrowdPlan {
             first_user: 1,
             per_sec: None,
             concurrency,
+            tokens_first: false,
+        }
+    }
+
+    /// The same buyers, holding their tokens before the first purchase goes out.
+    pub fn tokens_first(self) -> Self {
+        Self {
+            tokens_first: true,
+            ..self
         }
     }
 }
@@ -164,10 +178,18 @@ impl Crowd {
         let buyers = plan.buyers;
         let task = tokio::spawn(async move {
             let slots = Arc::new(Semaphore::new(plan.concurrency.max(1)));
+            let users = (0..plan.buyers).map(|n| plan.first_user + u64::from(n));
+            // Who buys, and the token each holds already (none: it asks for one first).
+            let buyers: Vec<(u64, Option<String>)> = if plan.tokens_first {
+                issue_all(&client, &gateway, product, started, users, &slots, &shared).await
+            } else {
+                users.map(|user| (user, None)).collect()
+            };
+            let purchases_started = Instant::now();
             let mut running = JoinSet::new();
-            for n in 0..plan.buyers {
+            for (n, (user, token)) in (0u32..).zip(buyers) {
                 if let Some(per_sec) = plan.per_sec {
-                    let due = started + Duration::from_secs_f64(f64::from(n) / per_sec);
+                    let due = purchases_started + Duration::from_secs_f64(f64::from(n) / per_sec);
                     tokio::time::sleep_until(due.into()).await;
                 }
                 let slot = Arc::clone(&slots)
@@ -175,9 +197,13 @@ impl Crowd {
                     .await
                     .expect("the semaphore is never closed");
                 let (client, gateway, shared) = (client.clone(), gateway.clone(), shared.clone());
-                let user = plan.first_user + u64::from(n);
                 running.spawn(async move {
-                    let answer = buy(&client, &gateway, product, user, started).await;
+                    let answer = match token {
+                        Some(token) => {
+                            purchase(&client, &gateway, product, user, &token, started).await
+                        }
+                        None => buy(&client, &gateway, product, user, started).await,
+                    };
                     shared.lock().expect("never poisoned").push(answer);
                     drop(slot);
                 });
@@ -227,6 +253,41 @@ impl Crowd {
     }
 }
 
+/// Every user's token, `slots` at a time. A user refused a token is answered at once (its
+/// answer recorded in `answers`) and is left out of what comes back.
+async fn issue_all(
+    client: &reqwest::Client,
+    gateway: &str,
+    product: ProductId,
+    started: Instant,
+    users: impl Iterator<Item = u64>,
+    slots: &Arc<Semaphore>,
+    answers: &Arc<Mutex<Vec<Answer>>>,
+) -> Vec<(u64, Option<String>)> {
+    let mut issuing = JoinSet::new();
+    for user in users {
+        let slot = Arc::clone(slots)
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let (client, gateway) = (client.clone(), gateway.to_owned());
+        issuing.spawn(async move {
+            let issued = issue_token(&client, &gateway, product, user, started).await;
+            drop(slot);
+            (user, issued)
+        });
+    }
+    let mut holding = Vec::new();
+    while let Some(joined) = issuing.join_next().await {
+        match joined.expect("a token request does not panic") {
+            (user, Ok(token)) => holding.push((user, Some(token))),
+            (_, Err(refused)) => answers.lock().expect("never poisoned").push(refused),
+        }
+    }
+    holding.sort_by_key(|(user, _)| *user);
+    holding
+}
+
 async fn buy(
     client: &reqwest::Client,
     gateway: &str,
@@ -234,6 +295,20 @@ async fn buy(
     user: u64,
     started: Instant,
 ) -> Answer {
+    match issue_token(client, gateway, product, user, started).await {
+        Ok(token) => purchase(client, gateway, product, user, &token, started).await,
+        Err(refused) => refused,
+    }
+}
+
+/// The buyer's purchase token, or the answer that refused it.
+async fn issue_token(
+    client: &reqwest::Client,
+    gateway: &str,
+    product: ProductId,
+    user: u64,
+    started: Instant,
+) -> Result<String, Answer> {
     let sent = started.elapsed();
     let token = client
         .post(format!("{gateway}/api/v1/products/{product}/tokens"))
@@ -243,28 +318,36 @@ async fn buy(
     let token = match read(token).await {
         (Reply::Http { status: 201, .. }, Some(body)) => body["token"].as_str().map(str::to_owned),
         (reply, _) => {
-            return Answer {
+            return Err(Answer {
                 user,
                 step: Step::Token,
                 reply,
                 sent,
                 answered: started.elapsed(),
-            };
+            });
         }
     };
-    let Some(token) = token else {
-        return Answer {
-            user,
-            step: Step::Token,
-            reply: Reply::Http {
-                status: 201,
-                code: "BAD_RESPONSE".into(),
-                order_token: None,
-            },
-            sent,
-            answered: started.elapsed(),
-        };
-    };
+    token.ok_or_else(|| Answer {
+        user,
+        step: Step::Token,
+        reply: Reply::Http {
+            status: 201,
+            code: "BAD_RESPONSE".into(),
+            order_token: None,
+        },
+        sent,
+        answered: started.elapsed(),
+    })
+}
+
+async fn purchase(
+    client: &reqwest::Client,
+    gateway: &str,
+    product: ProductId,
+    user: u64,
+    token: &str,
+    started: Instant,
+) -> Answer {
     let sent = started.elapsed();
     let purchase = client
         .post(format!("{gateway}/api/v1/products/{product}/purchase"))

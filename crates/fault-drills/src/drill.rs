@@ -107,6 +107,8 @@ pub struct Drill {
     logs: BTreeSet<PathBuf>,
     /// Components this drill took down and has not brought back.
     down: BTreeSet<Component>,
+    /// Components this drill froze and has not thawed.
+    frozen: BTreeSet<Component>,
     started: Instant,
     _lock: std::fs::File,
 }
@@ -142,6 +144,7 @@ impl Drill {
             ports: BTreeMap::new(),
             logs: BTreeSet::new(),
             down: BTreeSet::new(),
+            frozen: BTreeSet::new(),
             started: Instant::now(),
             _lock: lock,
         }
@@ -365,6 +368,19 @@ impl Drill {
         stack::stop(component).await;
     }
 
+    /// SIGSTOP to a stack component: it answers nothing until [`Drill::thaw_component`]
+    /// (or the drill's end), then runs what waited in its connections.
+    pub async fn freeze_component(&mut self, component: Component) {
+        self.frozen.insert(component);
+        stack::freeze(component).await;
+    }
+
+    /// SIGCONT to a frozen stack component.
+    pub async fn thaw_component(&mut self, component: Component) {
+        stack::thaw(component).await;
+        self.frozen.remove(&component);
+    }
+
     /// Starts a stack component and waits until it answers.
     pub async fn start_component(&mut self, component: Component) {
         stack::start(component).await;
@@ -470,6 +486,9 @@ impl Drop for Drill {
             }
         }
         // Before the fields go: dropping the database needs MariaDB back.
+        for component in std::mem::take(&mut self.frozen) {
+            stack::thaw_blocking(component);
+        }
         for component in std::mem::take(&mut self.down) {
             stack::start_blocking(component);
         }

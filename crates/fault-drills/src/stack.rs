@@ -158,6 +158,17 @@ pub async fn wipe(component: Component) {
     run(&["wipe", component.name()]).await;
 }
 
+/// SIGSTOP: the component keeps its sockets and takes in what is sent, but runs and answers
+/// nothing (a stalled server: a long fork, a swapped-out host, a VM pause).
+pub async fn freeze(component: Component) {
+    run(&["freeze", component.name()]).await;
+}
+
+/// SIGCONT: a frozen component runs what waited in its sockets.
+pub async fn thaw(component: Component) {
+    run(&["thaw", component.name()]).await;
+}
+
 /// [`stop`] then [`start`].
 pub async fn restart(component: Component) {
     run(&["restart", component.name()]).await;
@@ -165,7 +176,15 @@ pub async fn restart(component: Component) {
 
 /// [`start`] for a `Drop`, where nothing can be awaited; failures are printed, not raised.
 pub fn start_blocking(component: Component) {
-    let args = ["start", component.name()];
+    run_blocking(&["start", component.name()]);
+}
+
+/// [`thaw`] for a `Drop`.
+pub fn thaw_blocking(component: Component) {
+    run_blocking(&["thaw", component.name()]);
+}
+
+fn run_blocking(args: &[&str]) {
     let output = std::process::Command::new("bash")
         .arg(repo_root().join("deploy/local/stack.sh"))
         .args(args)
@@ -175,10 +194,11 @@ pub fn start_blocking(component: Component) {
     match output {
         Ok(output) if output.status.success() => {}
         Ok(output) => eprintln!(
-            "fault-drills: stack.sh start {component} failed:\n{}{}",
+            "fault-drills: stack.sh {} failed:\n{}{}",
+            args.join(" "),
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         ),
-        Err(e) => eprintln!("fault-drills: cannot run stack.sh start {component}: {e}"),
+        Err(e) => eprintln!("fault-drills: cannot run stack.sh {}: {e}", args.join(" ")),
     }
 }

@@ -10,3 +10,4 @@ mod graceful_stop;
 mod helpers;
 mod mysql_outage;
 mod redis_loss;
+mod redis_stall;
