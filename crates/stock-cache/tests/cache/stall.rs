@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use domain::{PreDeductOutcome, UserId};
+use domain::{OrderToken, PreDeductOutcome, UserId};
 use stock_cache::{CacheError, ReleaseOutcome, StockCache};
 use test_support::redis::{PrivateRedis, TestRedis};
 
@@ -32,6 +32,16 @@ async fn sale_on_a_private_server() -> (PrivateRedis, TestRedis, StockCache) {
     (server, redis, impatient)
 }
 
+async fn has_flow(redis: &TestRedis, token: &OrderToken) -> bool {
+    redis
+        .cache()
+        .order_view(token)
+        .await
+        .unwrap()
+        .flow
+        .is_some()
+}
+
 #[tokio::test]
 async fn a_pre_deduct_sent_to_a_stalled_redis_is_unanswered_and_reserves_once_redis_goes_on() {
     let (server, redis, impatient) = sale_on_a_private_server().await;
@@ -50,14 +60,7 @@ async fn a_pre_deduct_sent_to_a_stalled_redis_is_unanswered_and_reserves_once_re
     // What the caller must not take for "nothing happened": the script runs after all, once
     // Redis reads its connection (the order in which it serves connections is its own).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while redis
-        .cache()
-        .order_view(&token)
-        .await
-        .unwrap()
-        .flow
-        .is_none()
-    {
+    while !has_flow(&redis, &token).await {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the unanswered pre-deduct never reserved"
@@ -103,14 +106,6 @@ async fn a_pre_deduct_that_never_got_a_connection_to_a_stalled_redis_did_not_run
     let error = refused.unwrap_err();
     assert!(matches!(error, CacheError::Timeout(_)), "{error:?}");
     assert!(!error.may_have_run());
-    assert!(
-        redis
-            .cache()
-            .order_view(&token)
-            .await
-            .unwrap()
-            .flow
-            .is_none()
-    );
+    assert!(!has_flow(&redis, &token).await);
     assert_eq!(snapshot(&redis, PRODUCT).await.stock.as_deref(), Some("10"));
 }
