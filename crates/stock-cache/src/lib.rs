@@ -149,13 +149,17 @@ impl std::fmt::Debug for StockCache {
 
 const CONFIRMED: &str = "confirmed";
 
-fn build_pool(url: &str, size: usize) -> Result<Pool, CacheError> {
-    let manager = deadpool_redis::Manager::new(url).map_err(|e| CacheError::Pool(e.to_string()))?;
-    Pool::builder(Manager(manager))
-        .max_size(size)
-        .runtime(Runtime::Tokio1)
-        .build()
-        .map_err(|e| CacheError::Pool(e.to_string()))
+fn build_pool(url: &str, size: usize, timeout: Duration) -> Result<Pool, CacheError> {
+    let connections =
+        deadpool_redis::Manager::new(url).map_err(|e| CacheError::Pool(e.to_string()))?;
+    Pool::builder(Manager {
+        connections,
+        response_timeout: timeout.saturating_mul(2),
+    })
+    .max_size(size)
+    .runtime(Runtime::Tokio1)
+    .build()
+    .map_err(|e| CacheError::Pool(e.to_string()))
 }
 
 impl StockCache {
@@ -169,7 +173,7 @@ impl StockCache {
             return Err(CacheError::BadPrefix(prefix.to_owned()));
         }
         Ok(Self {
-            pool: build_pool(url, pool_size)?,
+            pool: build_pool(url, pool_size, timeout)?,
             url: url.to_owned(),
             prefix: prefix.to_owned(),
             timeout,
@@ -183,7 +187,8 @@ impl StockCache {
     /// runtime its own pool.
     pub fn with_own_pool(&self, pool_size: usize) -> Self {
         Self {
-            pool: build_pool(&self.url, pool_size.max(1)).expect("this URL built a pool before"),
+            pool: build_pool(&self.url, pool_size.max(1), self.timeout)
+                .expect("this URL built a pool before"),
             url: self.url.clone(),
             prefix: self.prefix.clone(),
             timeout: self.timeout,

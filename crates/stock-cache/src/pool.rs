@@ -21,14 +21,24 @@ pub(crate) type Pool = managed::Pool<Manager>;
 pub(crate) type PoolError = managed::PoolError<RedisError>;
 
 /// deadpool-redis's manager (it makes the connections), with the recycling above.
-pub(crate) struct Manager(pub(crate) deadpool_redis::Manager);
+pub(crate) struct Manager {
+    pub(crate) connections: deadpool_redis::Manager,
+    /// How long a connection itself waits for an answer: past the cache's own timeout, so
+    /// that the cache's is the one that gives up, saying whether the call was sent
+    /// (`CacheError::Unanswered`). redis-rs gives every multiplexed connection a response
+    /// timeout of its own, 500 ms, which cut every call short of a `redis.timeout_ms` set
+    /// above it.
+    pub(crate) response_timeout: Duration,
+}
 
 impl managed::Manager for Manager {
     type Type = MultiplexedConnection;
     type Error = RedisError;
 
     async fn create(&self) -> Result<MultiplexedConnection, RedisError> {
-        self.0.create().await
+        let mut conn = self.connections.create().await?;
+        conn.set_response_timeout(self.response_timeout);
+        Ok(conn)
     }
 
     async fn recycle(
@@ -39,7 +49,7 @@ impl managed::Manager for Manager {
         if metrics.last_used() < VERIFY_AFTER_IDLE {
             return Ok(());
         }
-        self.0.recycle(conn, metrics).await
+        self.connections.recycle(conn, metrics).await
     }
 }
 

@@ -13,10 +13,14 @@ use crate::helpers::{PRODUCT, assert_stock_is_conserved, open_sale, snapshot, to
 const IMPATIENT: Duration = Duration::from_millis(300);
 
 /// A sale of 10 on a server of the test's own, and a cache on it that gives up after
-/// [`IMPATIENT`], with its one connection open and pre_deduct.lua loaded (by a purchase
+/// [`IMPATIENT`] (or `timeout`), with its one connection open and pre_deduct.lua loaded (by a purchase
 /// above the per-user limit, which changes nothing), as on a server in steady use: there an
 /// unanswered EVALSHA runs later, where on a fresh server it would only fail NOSCRIPT.
 async fn sale_on_a_private_server() -> (PrivateRedis, TestRedis, StockCache) {
+    sale_on_a_private_server_with(IMPATIENT).await
+}
+
+async fn sale_on_a_private_server_with(timeout: Duration) -> (PrivateRedis, TestRedis, StockCache) {
     let server = PrivateRedis::start().await;
     let redis = TestRedis::on(&server.url());
     redis
@@ -24,7 +28,7 @@ async fn sale_on_a_private_server() -> (PrivateRedis, TestRedis, StockCache) {
         .load_product(PRODUCT, &open_sale(10, 1))
         .await
         .unwrap();
-    let impatient = StockCache::new(&server.url(), 1, redis.prefix(), IMPATIENT).unwrap();
+    let impatient = StockCache::new(&server.url(), 1, redis.prefix(), timeout).unwrap();
     assert_eq!(
         impatient.pre_deduct(&token(), UserId(2), 2).await.unwrap(),
         PreDeductOutcome::QuantityAboveLimit
@@ -108,4 +112,26 @@ async fn a_pre_deduct_that_never_got_a_connection_to_a_stalled_redis_did_not_run
     assert!(!error.may_have_run());
     assert!(!has_flow(&redis, &token).await);
     assert_eq!(snapshot(&redis, PRODUCT).await.stock.as_deref(), Some("10"));
+}
+
+#[tokio::test]
+async fn a_call_to_a_stalled_redis_waits_the_caches_timeout_not_the_clients_own_500_ms() {
+    let patient = Duration::from_millis(1200);
+    let (server, _redis, cache) = sale_on_a_private_server_with(patient).await;
+
+    server.freeze();
+    let started = std::time::Instant::now();
+    let unanswered = cache.pre_deduct(&token(), UserId(1), 1).await;
+    let waited = started.elapsed();
+    server.thaw();
+
+    let error = unanswered.unwrap_err();
+    assert!(
+        matches!(error, CacheError::Unanswered(after) if after == patient),
+        "{error:?}"
+    );
+    assert!(
+        waited >= patient - Duration::from_millis(50),
+        "gave up after {waited:?}, before the cache's {patient:?}: {error:?}"
+    );
 }
