@@ -281,17 +281,14 @@ impl PurchaseDesk {
                     outcome("accepted");
                     return Ok(());
                 }
-                Ok(_) => break,
+                Ok(_) => return Err(unanswered(error)),
                 Err(release_error) => {
                     tracing::warn!(order = %short_token(token), attempt, error = ?release_error, "release.lua failed after an unanswered pre-deduct.");
-                    if attempt + 1 == REDIS_RETRIES {
-                        tracing::warn!(order = %short_token(token), "An unanswered pre-deduct may hold a unit; reconcile will settle its flow.");
-                    }
                 }
             }
         }
-        outcome("unanswered");
-        Err(ApiError::unavailable("Redis did not answer in time", error))
+        tracing::warn!(order = %short_token(token), "An unanswered pre-deduct may hold a unit; reconcile will settle its flow.");
+        Err(unanswered(error))
     }
 
     /// `release.lua`, timed, traced and counted by what it did.
@@ -350,6 +347,12 @@ impl PurchaseDesk {
             }
         }
     }
+}
+
+/// The 503 of a purchase whose pre-deduct Redis did not answer, counted.
+fn unanswered(error: stock_cache::CacheError) -> ApiError {
+    outcome("unanswered");
+    ApiError::unavailable("Redis did not answer in time", error)
 }
 
 fn answer(decision: TxDecision) -> &'static str {
