@@ -3,13 +3,14 @@
 //! `Retry-After` in whole seconds.
 
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Duration;
 
 use domain::UserId;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 use platform::settings::RateLimitSettings;
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
 
@@ -17,12 +18,13 @@ pub struct RateLimits {
     global: DefaultDirectRateLimiter,
     per_user: DefaultKeyedRateLimiter<UserId>,
     clock: DefaultClock,
-    purchases: Semaphore,
+    purchases: Arc<Semaphore>,
     purchases_cap: usize,
 }
 
-/// A purchase's place among those under way; the place is free again when it drops.
-pub type PurchaseSlot<'a> = SemaphorePermit<'a>;
+/// A purchase's place among those under way; the place is free again when it drops. Owned,
+/// so that it goes with the purchase wherever it runs to its end (see `routes::buyer`).
+pub type PurchaseSlot = OwnedSemaphorePermit;
 
 fn at_least_one(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n.max(1)).expect("max(1) is non-zero")
@@ -38,7 +40,7 @@ impl RateLimits {
             global: RateLimiter::direct(global),
             per_user: RateLimiter::keyed(per_user),
             clock: DefaultClock::default(),
-            purchases: Semaphore::new(purchases_cap),
+            purchases: Arc::new(Semaphore::new(purchases_cap)),
             purchases_cap,
         }
     }
@@ -48,13 +50,16 @@ impl RateLimits {
     /// would only make every buyer late: the queue grows with the crowd, and so do memory
     /// and the answers past `redis.timeout_ms`. A refused buyer retries in a second with
     /// the same token, which the refusal left unused.
-    pub fn enter_purchase(&self) -> Result<PurchaseSlot<'_>, ApiError> {
-        self.purchases.try_acquire().map_err(|_| {
-            metrics::counter!("seckill_rate_limited_total", "scope" => "in_flight").increment(1);
-            ApiError::RateLimited {
-                retry_after_secs: 1,
-            }
-        })
+    pub fn enter_purchase(&self) -> Result<PurchaseSlot, ApiError> {
+        Arc::clone(&self.purchases)
+            .try_acquire_owned()
+            .map_err(|_| {
+                metrics::counter!("seckill_rate_limited_total", "scope" => "in_flight")
+                    .increment(1);
+                ApiError::RateLimited {
+                    retry_after_secs: 1,
+                }
+            })
     }
 
     /// Purchases under way now.

@@ -54,6 +54,7 @@ pub const SERIES: &[(&str, &str)] = &[
     // gateway-svc
     ("seckill_tokens_issued_total", "Purchase tokens issued."),
     ("seckill_purchases_total", "Purchases answered, by outcome (accepted, sold_out, duplicate, limit_exceeded, sale_not_open, invalid_token, not_loaded, rolled_back, send_failed, unconfirmed, unanswered, bad_request)."),
+    ("seckill_purchases_unheard_total", "Purchases that ran to their end after the buyer's connection was gone, by outcome (accepted, refused)."),
     ("seckill_rate_limited_total", "Requests refused by a rate limit, by scope (global, user, in_flight: rate_limit.purchases_in_flight purchases were under way)."),
     ("seckill_purchases_in_flight", "Purchases under way in this gateway (on their way to Redis and the broker), sampled once a second."),
     ("seckill_sold_out_flag", "1 while this gateway holds the local sold-out flag of a product, else 0."),

@@ -4,6 +4,7 @@
 //! lock), whatever libtest's thread count.
 
 mod broker_crash;
+mod buyer_hangs_up;
 mod consumer_crash;
 mod gateway_crash;
 mod graceful_stop;

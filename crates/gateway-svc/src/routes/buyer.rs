@@ -1,11 +1,14 @@
 //! The buyer's endpoints: a purchase token, the purchase, the order's status.
 
+use std::sync::Arc;
+
 use actix_web::dev::ServiceRequest;
 use actix_web::{HttpResponse, web};
 use chrono::{DateTime, SecondsFormat, Utc};
 use domain::{OrderToken, PurchaseClaims, TokenError};
 use platform::telemetry::short_token;
 use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
 use tracing::Instrument;
 use utoipa::ToSchema;
 
@@ -15,6 +18,7 @@ use crate::openapi::{
     BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, RateLimited, Unauthenticated,
     Unavailable,
 };
+use crate::rate_limit::PurchaseSlot;
 use crate::routes::{AppState, ProductPath, product_id, whole_number};
 
 /// A purchase token: present it, once, to buy this product.
@@ -253,21 +257,60 @@ async fn buy(
     // A place among the purchases under way, held until this one is answered. Taken after
     // the token check, so a forged token never holds one; before the buyer's budget, so a
     // purchase refused for want of one costs the buyer nothing.
-    let _slot = state.limits.enter_purchase()?;
+    let slot = state.limits.enter_purchase()?;
     // The buyer's budget counts purchases that could reserve something: a malformed,
     // forged or foreign one is refused above without spending it (bad input changes
     // nothing), and the HMAC it costs is a microsecond.
     state.limits.check_user(buyer.0)?;
 
-    // Boxed: the purchase's future (pre-deduct, the send, their retries) is large, and
-    // inline it made this handler's future as large, which actix-web moves (copies) several
-    // times per request; boxed, that happens for the requests that get this far only.
-    Box::pin(state.desk.purchase(&claims, body.quantity)).await?;
-    tracing::info!(order = %short_token(&claims.order_token), quantity = body.quantity, "Purchase queued.");
+    let order_token = claims.order_token.to_string();
+    detached_purchase(state.into_inner(), claims, body.quantity, slot).await?;
     Ok(HttpResponse::Accepted().json(Queued {
-        order_token: claims.order_token.to_string(),
+        order_token,
         status: QueuedStatus::Queued,
     }))
+}
+
+/// Runs the purchase to its end on a task of its own, holding its in-flight slot, and
+/// answers with its outcome. actix-web ends a request's handler when its connection is
+/// reset (a killed client, a proxy that gives up), and a purchase inside the handler then
+/// stopped wherever it was: after the pre-deduct and before the message, say, leaving the
+/// unit reserved for no one until reconcile. Detached, a purchase nobody waits for any more
+/// still sends its message, or gives its unit back. The task runs on the same worker thread
+/// (`actix_web::rt::spawn`): no hand-off to another thread. (It also keeps the purchase's
+/// large future — the pre-deduct, the send, their retries — out of the handler's, which
+/// actix-web moves several times per request.)
+async fn detached_purchase(
+    state: Arc<AppState>,
+    claims: PurchaseClaims,
+    quantity: u32,
+    slot: PurchaseSlot,
+) -> Result<(), ApiError> {
+    let (answer, answered) = oneshot::channel();
+    actix_web::rt::spawn(
+        async move {
+            let outcome = state.desk.purchase(&claims, quantity).await;
+            drop(slot);
+            let order = short_token(&claims.order_token);
+            if outcome.is_ok() {
+                tracing::info!(%order, quantity, "Purchase queued.");
+            }
+            if let Err(unheard) = answer.send(outcome) {
+                let outcome = if unheard.is_ok() { "accepted" } else { "refused" };
+                metrics::counter!("seckill_purchases_unheard_total", "outcome" => outcome)
+                    .increment(1);
+                tracing::info!(%order, outcome, "The buyer hung up before the purchase was answered; it ran to its end.");
+            }
+        }
+        .in_current_span(),
+    );
+    // Dropped without an answer only if the task was: it panicked, or the worker stopped.
+    answered.await.map_err(|ended| {
+        ApiError::unavailable(
+            "the purchase ended without an answer; its order's status tells whether it was placed",
+            ended,
+        )
+    })?
 }
 
 /// Where an order is.

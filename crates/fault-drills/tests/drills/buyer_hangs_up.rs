@@ -1,0 +1,152 @@
+//! Drill 10: buyers hang up in the middle of their purchase. Their requests reached the
+//! gateway and its pre-deducts reached Redis, which is frozen (SIGSTOP) so that every
+//! purchase is still waiting there; then each buyer's connection is reset (a client killed,
+//! a proxy giving up), and Redis goes on. A reset connection ends actix-web's handler for it,
+//! so a purchase that lived in the handler stopped between its pre-deduct and its message:
+//! Redis still ran the script, and the unit stayed reserved with no message to carry it,
+//! until reconcile. The purchase runs to its end instead, answered or not: once the sale
+//! settles, without reconcile, each buyer who hung up has an order and nothing is left
+//! reserved.
+
+use std::time::Duration;
+
+use fault_drills::stack::Component;
+use fault_drills::{CrowdOutcome, Drill, Sale, Service, Settle, settle_and_audit};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::helpers::SETTLE;
+
+const STOCK: i64 = 20;
+const BUYERS: u64 = 8;
+/// The buyer of the one purchase before the stall, apart from those who hang up.
+const FIRST_BUYER: u64 = 100;
+/// The gateway's `redis.timeout_ms`: well past the stall, so that the gateway is still
+/// waiting for Redis when the buyers hang up, and Redis answers it afterwards.
+const REDIS_TIMEOUT_MS: &str = "10000";
+/// How long the purchases wait in the gateway before their buyers hang up: they have been
+/// read and sent to Redis long before.
+const BEFORE_HANGING_UP: Duration = Duration::from_millis(500);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_buyer_who_hangs_up_mid_purchase_leaves_no_unit_stranded() {
+    let mut drill = Drill::begin("buyer_hangs_up").await;
+    drill
+        .start_with(
+            Service::Gateway,
+            &[("SECKILL_REDIS__TIMEOUT_MS", REDIS_TIMEOUT_MS)],
+        )
+        .await;
+    drill.start(Service::Consumer).await;
+    let sale = drill.open_sale(STOCK).await;
+    let gateway = drill.url(Service::Gateway);
+    // One purchase first, answered: Redis then holds the purchase's scripts, so a frozen
+    // Redis is sent the script's call itself (EVALSHA), not a call it would refuse as an
+    // unknown script once it goes on, leaving the client to send the script again.
+    let first = purchase_token(&gateway, &sale, FIRST_BUYER).await;
+    assert_eq!(
+        purchase(&gateway, &sale, FIRST_BUYER, &first).await,
+        202,
+        "a purchase before the stall is accepted"
+    );
+    let mut tokens = Vec::new();
+    for user in 1..=BUYERS {
+        tokens.push((user, purchase_token(&gateway, &sale, user).await));
+    }
+
+    drill.freeze_component(Component::Redis).await;
+    let mut hanging = Vec::new();
+    for (user, token) in &tokens {
+        hanging.push(send_purchase(&gateway, &sale, *user, token).await);
+    }
+    tokio::time::sleep(BEFORE_HANGING_UP).await;
+    for connection in hanging {
+        hang_up(connection);
+    }
+    // Let the gateway see the resets before Redis answers anything.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drill.thaw_component(Component::Redis).await;
+
+    // None of them was answered: the audit holds the stores to each other, and no flow may
+    // stay reserved without reconcile's help.
+    let audit = settle_and_audit(
+        &drill,
+        &sale,
+        &CrowdOutcome::default(),
+        Settle::within(SETTLE),
+    )
+    .await;
+    assert_eq!(
+        audit.orders,
+        BUYERS as usize + 1,
+        "every purchase that reached Redis went on to its order, heard or not:\n{audit}"
+    );
+    let unheard = drill
+        .metric(Service::Gateway, "seckill_purchases_unheard_total")
+        .await;
+    assert_eq!(
+        unheard, BUYERS as f64,
+        "the gateway counts the answers nobody was left to hear"
+    );
+    eprintln!(
+        "buyer hangs up: {BUYERS} purchases reset while Redis was frozen; settled {:?} \
+         after the thaw with {} orders",
+        audit.settled_after, audit.orders
+    );
+}
+
+/// A purchase token for `user`, as a buyer's client asks for one.
+async fn purchase_token(gateway: &str, sale: &Sale, user: u64) -> String {
+    let response = reqwest::Client::new()
+        .post(format!("{gateway}/api/v1/products/{}/tokens", sale.product))
+        .header("X-User-Id", user)
+        .send()
+        .await
+        .expect("the gateway answers a token request");
+    assert_eq!(response.status().as_u16(), 201, "a token is issued");
+    let body: serde_json::Value = response.json().await.expect("a JSON body");
+    body["token"].as_str().expect("a token").to_owned()
+}
+
+/// A purchase as a buyer's client makes it; its status code.
+async fn purchase(gateway: &str, sale: &Sale, user: u64, token: &str) -> u16 {
+    reqwest::Client::new()
+        .post(format!(
+            "{gateway}/api/v1/products/{}/purchase",
+            sale.product
+        ))
+        .header("X-User-Id", user)
+        .json(&serde_json::json!({"token": token, "quantity": 1}))
+        .send()
+        .await
+        .expect("the gateway answers a purchase")
+        .status()
+        .as_u16()
+}
+
+/// Writes a whole purchase request on a connection of its own and leaves it unread.
+async fn send_purchase(gateway: &str, sale: &Sale, user: u64, token: &str) -> TcpStream {
+    let address = gateway.trim_start_matches("http://");
+    let body = serde_json::json!({"token": token, "quantity": 1}).to_string();
+    let request = format!(
+        "POST /api/v1/products/{}/purchase HTTP/1.1\r\nHost: {address}\r\nX-User-Id: {user}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        sale.product,
+        body.len()
+    );
+    let mut connection = TcpStream::connect(address)
+        .await
+        .expect("the gateway accepts");
+    connection
+        .write_all(request.as_bytes())
+        .await
+        .expect("the request is written");
+    connection
+}
+
+/// Closes the connection with a reset (RST), not an orderly FIN: what a killed client or a
+/// proxy that gives up leaves the gateway with.
+fn hang_up(connection: TcpStream) {
+    connection.set_zero_linger().expect("SO_LINGER can be set");
+    drop(connection);
+}
