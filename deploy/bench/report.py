@@ -464,12 +464,16 @@ if overload_measured:
                 and x["mysql_stock"] + x["orders_in_mysql"] == x["stock"])
 
     off = [f"{cap} {r}" for cap in overload for r, x in zip(R, overload[cap]) if not units_add_up(x)]
+    beyond = [told_otherwise(x) for cap in overload for x in overload[cap]]
+    if any(beyond):
+        told = ("Orders beyond the accepted ones are buyers who were told `UNAVAILABLE` or got "
+                "no answer while their purchase went on: they get the unit.")
+    else:
+        told = ("No buyer told otherwise has an order: a pre-deduct Redis did not answer in time "
+                "is given back before the 503 (README: design choices).")
     w("Units in every round: Redis stock + flow records = the stock loaded, and MySQL stock + "
       f"orders = the stock loaded: {'yes' if not off else 'no, in ' + ', '.join(off)}. Nothing "
-      "is sold that pre_deduct did not reserve. Without the cap, the orders beyond the accepted ones are buyers who "
-      "were told `UNAVAILABLE` or got no answer while their purchase went on: they get the "
-      "unit. The flows still without an order then wait for reconcile (the default policy "
-      "re-publishes them).")
+      f"is sold that pre_deduct did not reserve. {told}")
     w("")
 
 w("## 4. Transactional against plain sends of the same client")
