@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use fault_drills::stack::Component;
-use fault_drills::{CrowdOutcome, Drill, Sale, Service, Settle, settle_and_audit};
+use fault_drills::{CrowdOutcome, Drill, Sale, Service, Settle, eventually, settle_and_audit};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -24,9 +24,6 @@ const FIRST_BUYER: u64 = 100;
 /// The gateway's `redis.timeout_ms`: well past the stall, so that the gateway is still
 /// waiting for Redis when the buyers hang up, and Redis answers it afterwards.
 const REDIS_TIMEOUT_MS: &str = "10000";
-/// How long the purchases wait in the gateway before their buyers hang up: they have been
-/// read and sent to Redis long before.
-const BEFORE_HANGING_UP: Duration = Duration::from_millis(500);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_buyer_who_hangs_up_mid_purchase_leaves_no_unit_stranded() {
@@ -59,7 +56,18 @@ async fn a_buyer_who_hangs_up_mid_purchase_leaves_no_unit_stranded() {
     for (user, token) in &tokens {
         hanging.push(send_purchase(&gateway, &sale, *user, token).await);
     }
-    tokio::time::sleep(BEFORE_HANGING_UP).await;
+    // Every purchase read and on its way to Redis (the gauge is sampled once a second).
+    eventually(
+        Duration::from_secs(10),
+        "the gateway holds every purchase before its buyer hangs up",
+        || async {
+            let in_flight = drill
+                .metric(Service::Gateway, "seckill_purchases_in_flight")
+                .await;
+            (in_flight >= BUYERS as f64).then_some(())
+        },
+    )
+    .await;
     for connection in hanging {
         hang_up(connection);
     }
