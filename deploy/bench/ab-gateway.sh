@@ -45,6 +45,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The side that goes first changes every round, so that a machine busier for whichever runs
+# second weighs on both sides (with a fixed order it once took a quarter off the second
+# side's figures, on a path neither build had changed: BENCHMARKS.md's analysis).
+sides() { # sides ROUND
+  if (($1 % 2)); then echo before after; else echo after before; fi
+}
+
 start_gateway() { # start_gateway BINARY [NAME=VALUE...]
   env "${@:2}" "$1" >>"${work}/gateway.log" 2>&1 &
   gateway_pid=$!
@@ -101,7 +108,7 @@ sleep 1
 
 declare -A figures
 for round in $(seq 1 "$rounds"); do
-  for side in before after; do
+  for side in $(sides "$round"); do
     binary="$before"
     [[ $side == after ]] && binary="$after"
     start_gateway "$binary"
@@ -121,7 +128,7 @@ done
 # The winners in rounds of their own: the orders they leave the consumer and the broker to
 # write must not fall into a refusal pass of the other side.
 for round in $(seq 1 "$((winners ? rounds : 0))"); do
-  for side in before after; do
+  for side in $(sides "$round"); do
     binary="$before"
     [[ $side == after ]] && binary="$after"
     start_gateway "$binary"
@@ -151,7 +158,7 @@ overload() { # overload OUT: one round against the running gateway; OUT.state: t
 }
 overloaded=(accepted unavailable unanswered reserved_without_order orders_beyond_accepted)
 for round in $(seq 1 "$((overload_rate > 0 ? rounds : 0))"); do
-  for side in before after; do
+  for side in $(sides "$round"); do
     binary="$before"
     [[ $side == after ]] && binary="$after"
     start_gateway "$binary" SECKILL_RATE_LIMIT__PURCHASES_IN_FLIGHT=100000000
