@@ -421,7 +421,10 @@ if overload_measured:
       "Alternating, one of each per round. sale-sim gives up on an answer after 10 s "
       "(`NO_RESPONSE`/`TIMEOUT`); the gateway answers `UNAVAILABLE` when Redis does not answer "
       "pre_deduct within `redis.timeout_ms` (1 s). \"Orders for buyers told otherwise\": orders in "
-      "MySQL, after the drain, beyond the purchases answered 202.")
+      "MySQL, after the drain, beyond the purchases answered 202. \"Units reserved with no order\": "
+      "the product's flow records less its orders, read from the admin API "
+      f"{params.get('overload_settle_secs', 15)} s after sale-sim's report (purchases it gave up on may still be on their way to an order until then): what "
+      "reconcile would later turn into orders or give back.")
     w("")
 
     def outcome(x, code):
@@ -434,28 +437,37 @@ if overload_measured:
         path = f"{work}/overload-{cap}-{r}.rss-kib"
         return int(open(path).read()) / 1024 if os.path.exists(path) else None
 
+    def reserved_later(cap, r):
+        """Flow records still without an order overload_settle_secs after sale-sim's report."""
+        path = f"{work}/overload-{cap}-{r}.later.json"
+        if not os.path.exists(path):
+            return None
+        later = json.load(open(path))
+        return later["flows"] - later["orders"]
+
     w("| figure | with the cap (median) | rounds | without (median) | rounds |")
     w("|---|---|---|---|---|")
     rows = [
-        ("purchases/s, first sent to last answered", lambda x, r: x["purchases_per_sec"], 0),
-        ("answered 202 (accepted)", lambda x, r: x["accepted"], 0),
-        ("answered 429 RATE_LIMITED (the cap)", lambda x, r: outcome(x, "RATE_LIMITED"), 0),
-        ("answered 503 UNAVAILABLE (Redis too slow)", lambda x, r: outcome(x, "UNAVAILABLE"), 0),
-        ("no answer within 10 s", lambda x, r: outcome(x, "NO_RESPONSE") + outcome(x, "TIMEOUT"), 0),
+        ("purchases/s, first sent to last answered", lambda cap, r, x: x["purchases_per_sec"], 0),
+        ("answered 202 (accepted)", lambda cap, r, x: x["accepted"], 0),
+        ("answered 429 RATE_LIMITED (the cap)", lambda cap, r, x: outcome(x, "RATE_LIMITED"), 0),
+        ("answered 503 UNAVAILABLE (Redis too slow)", lambda cap, r, x: outcome(x, "UNAVAILABLE"), 0),
+        ("no answer within 10 s", lambda cap, r, x: outcome(x, "NO_RESPONSE") + outcome(x, "TIMEOUT"), 0),
         ("any other answer (e.g. actix-web's 408: request not read within 5 s)",
-         lambda x, r: sum(x["outcomes"].values()) - sum(
+         lambda cap, r, x: sum(x["outcomes"].values()) - sum(
              outcome(x, code) for code in ("ACCEPTED", "RATE_LIMITED", "UNAVAILABLE", "NO_RESPONSE", "TIMEOUT")), 0),
-        ("latency of every answer, p50 (ms)", lambda x, r: p(x, "purchase_latency_ms", "p50"), 1),
-        ("latency of every answer, p99 (ms)", lambda x, r: p(x, "purchase_latency_ms", "p99"), 1),
-        ("latency of the accepted, p99 (ms)", lambda x, r: p(x, "accepted_latency_ms", "p99"), 1),
-        ("orders for buyers told otherwise", lambda x, r: told_otherwise(x), 0),
-        ("gateway RSS after the round (MiB)", None, 1),
+        ("latency of every answer, p50 (ms)", lambda cap, r, x: p(x, "purchase_latency_ms", "p50"), 1),
+        ("latency of every answer, p99 (ms)", lambda cap, r, x: p(x, "purchase_latency_ms", "p99"), 1),
+        ("latency of the accepted, p99 (ms)", lambda cap, r, x: p(x, "accepted_latency_ms", "p99"), 1),
+        ("orders for buyers told otherwise", lambda cap, r, x: told_otherwise(x), 0),
+        (f"units reserved with no order, {params.get('overload_settle_secs', 15)} s later",
+         lambda cap, r, x: reserved_later(cap, r), 0),
+        ("gateway RSS after the round (MiB)", lambda cap, r, x: rss_mib(cap, r), 1),
     ]
     for label, get, digits in rows:
         cells = []
         for cap in ("default", "none"):
-            values = [rss_mib(cap, r) if get is None else get(x, r)
-                      for r, x in zip(R, overload[cap])]
+            values = [get(cap, r, x) for r, x in zip(R, overload[cap])]
             cells += [fmt(med(values), digits), series(values, digits)]
         w(f"| {label} | " + " | ".join(cells) + " |")
     w("")

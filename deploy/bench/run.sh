@@ -11,7 +11,8 @@
 #   4. p99 purchase latency, open loop at half the measured purchase rate;
 #   5. units/s of a 10,000-unit sale, first request to the last order in MySQL;
 #   6. the gateway's RSS with 1,000 keep-alive connections open (fresh, and after the load);
-#      then past capacity: an open loop at 2.5 times the half rate, the in-flight cap on/off;
+#      then past capacity: an open loop at 2.5 times the half rate, the in-flight cap on/off,
+#      and the product read again OVERLOAD_SETTLE_SECS (15) later for units left reserved;
 #   7. transactional against plain sends of one OrderPublisher, at 8/32/64 in flight, a
 #      pool of publishers, and transactional messages of 16 orders (the gateway's batching);
 #   8. order-consumer-svc draining DRAIN_ORDERS queued orders into MySQL, against
@@ -358,6 +359,7 @@ log "gateway RSS with 1000 connections (after the load)"
 # (a cap no crowd reaches), alternating. Last of the gateway's stages: what an overload
 # leaves in memory is not the RSS measured above.
 overload_rate=$((half_rate * 5 / 2))
+overload_settle_secs="${OVERLOAD_SETTLE_SECS:-15}"
 for round in $(seq 1 "$rounds"); do
   for cap in default none; do
     log "past capacity round ${round}/${rounds}: open loop at ${overload_rate}/s, in-flight cap ${cap}"
@@ -373,6 +375,12 @@ for round in $(seq 1 "$rounds"); do
     sale "${work}/overload-${cap}-${round}.json" --buyers "$((overload_rate * 6))" --stock 100000000 \
       --product "$product" --concurrency 64 --rate "$overload_rate" --drain-timeout-secs 120
     awk '/^VmRSS/ { print $2 }' "/proc/$(gateway_pid)/status" >"${work}/overload-${cap}-${round}.rss-kib"
+    # Purchases whose buyer sale-sim gave up on may still be on their way to an order: the
+    # product is read again a while later, for the units it then still holds reserved with
+    # no order (what reconcile would turn into orders).
+    sleep "$overload_settle_secs"
+    curl -fsS -H 'Authorization: Bearer dev-admin-token' "${gateway}/admin/v1/products/${product}" \
+      >"${work}/overload-${cap}-${round}.later.json"
   done
 done
 
@@ -470,7 +478,7 @@ cat >"${work}/params.json" <<JSON
  "drain_orders": ${drain_orders}, "single_orders": ${single_orders},
  "purchase_buyers": ${purchase_buyers}, "lua_requests": ${lua_requests},
  "wrk_secs": ${wrk_secs}, "wrk_conns": ${wrk_conns}, "half_rate": ${half_rate},
- "overload_rate": ${overload_rate},
+ "overload_rate": ${overload_rate}, "overload_settle_secs": ${overload_settle_secs},
  "batch_size": ${batch_size}, "consumer_concurrency": ${consumer_concurrency},
  "gateway_per_message": ${gateway_per_message},
  "svg_dir": "$(realpath --relative-to="$(dirname "$out")" "$svg_dir")"}
