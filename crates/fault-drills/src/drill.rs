@@ -323,8 +323,18 @@ impl Drill {
     /// Reads `/metrics` of `service` and adds up every series of the metric `name`
     /// (all label sets); 0 when it has none yet.
     pub async fn metric(&self, service: Service, name: &str) -> f64 {
+        crate::metrics::sum(&self.metrics_text(service).await, name)
+    }
+
+    /// [`Drill::metric`] over the series of `name` whose labels include `label`, written as
+    /// in the exposition (`outcome="accepted"`).
+    pub async fn metric_where(&self, service: Service, name: &str, label: &str) -> f64 {
+        crate::metrics::sum_where(&self.metrics_text(service).await, name, label)
+    }
+
+    async fn metrics_text(&self, service: Service) -> String {
         let url = format!("{}/metrics", self.url(service));
-        let text = reqwest::Client::builder()
+        reqwest::Client::builder()
             .no_proxy()
             .timeout(Duration::from_secs(5))
             .build()
@@ -336,8 +346,7 @@ impl Drill {
             .unwrap_or_else(|e| panic!("GET {url}: {e}"))
             .text()
             .await
-            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
-        crate::metrics::sum(&text, name)
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"))
     }
 
     /// CPU time (user + system) `service` has used since it started, from `/proc`.

@@ -6,12 +6,28 @@ use std::sync::OnceLock;
 /// Adds up the samples of every series named `name` in Prometheus text: all label sets of
 /// a counter, or one of a histogram's `_count` / `_sum`. 0 when there is none.
 pub fn sum(text: &str, name: &str) -> f64 {
+    sum_of(text, name, |_| true)
+}
+
+/// [`sum`] over the series of `name` whose label set includes `label` (`key="value"`).
+pub fn sum_where(text: &str, name: &str, label: &str) -> f64 {
+    sum_of(text, name, |labels| {
+        labels
+            .trim_start_matches('{')
+            .trim_end_matches('}')
+            .split(',')
+            .any(|pair| pair.trim() == label)
+    })
+}
+
+fn sum_of(text: &str, name: &str, labels_match: impl Fn(&str) -> bool) -> f64 {
     text.lines()
         .filter(|line| !line.starts_with('#'))
         .filter_map(|line| {
             let (series, value) = line.rsplit_once(' ')?;
-            let series_name = series.split('{').next()?.trim();
-            (series_name == name).then(|| value.trim().parse::<f64>().ok())?
+            let (series_name, labels) = series.split_at(series.find('{').unwrap_or(series.len()));
+            (series_name.trim() == name && labels_match(labels))
+                .then(|| value.trim().parse::<f64>().ok())?
         })
         .sum()
 }
@@ -75,6 +91,17 @@ seckill_orders_written_total 40
         assert_eq!(sum(TEXT, "seckill_consumer_batch_size_count"), 12.0);
         assert_eq!(sum(TEXT, "seckill_consumer_batch_size"), 0.0);
         assert_eq!(sum(TEXT, "seckill_orders_written"), 0.0);
+    }
+
+    #[test]
+    fn a_label_picks_the_series_that_carry_it() {
+        let name = "seckill_consumer_batch_failures_total";
+        assert_eq!(sum_where(TEXT, name, r#"retryable="true""#), 7.0);
+        assert_eq!(sum_where(TEXT, name, r#"retryable="maybe""#), 0.0);
+        assert_eq!(
+            sum_where(TEXT, "seckill_orders_written_total", r#"retryable="true""#),
+            0.0
+        );
     }
 
     #[test]

@@ -85,6 +85,18 @@ impl ApiError {
         tracing::warn!(error = %format_args!("{cause:#}"), code = self.code(), unlogged, "{self}");
     }
 
+    /// Logs what made a 503 (see [`ApiError::log_unavailable`]); nothing for the other
+    /// refusals, which are the buyer's to read. Writing the answer does it, and so does a
+    /// purchase whose answer nobody is left to read.
+    pub fn log_cause(&self) {
+        if let Self::Unavailable {
+            cause: Some(cause), ..
+        } = self
+        {
+            self.log_unavailable(cause);
+        }
+    }
+
     pub fn unavailable(message: &'static str, cause: impl Into<anyhow::Error>) -> Self {
         Self::Unavailable {
             message,
@@ -186,12 +198,7 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        if let Self::Unavailable {
-            cause: Some(cause), ..
-        } = self
-        {
-            self.log_unavailable(cause);
-        }
+        self.log_cause();
         let mut response = HttpResponse::build(self.status_code());
         match self {
             Self::RateLimited { retry_after_secs } => {

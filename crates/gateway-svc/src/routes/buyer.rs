@@ -299,7 +299,14 @@ async fn detached_purchase(
                 let outcome = if unheard.is_ok() { "accepted" } else { "refused" };
                 metrics::counter!("seckill_purchases_unheard_total", "outcome" => outcome)
                     .increment(1);
-                tracing::info!(%order, outcome, "The buyer hung up before the purchase was answered; it ran to its end.");
+                match unheard {
+                    Ok(()) => tracing::info!(%order, "The buyer hung up before the purchase was answered; it was accepted."),
+                    Err(refusal) => {
+                        // Written, the answer would have logged its cause.
+                        refusal.log_cause();
+                        tracing::info!(%order, code = refusal.code(), reason = %refusal, "The buyer hung up before the purchase was answered; it was refused.");
+                    }
+                }
             }
         }
         .in_current_span(),
