@@ -165,13 +165,7 @@ impl fmt::Debug for Crowd {
 impl Crowd {
     /// Sends the crowd at `product` on the gateway at `gateway` (base URL).
     pub fn start(gateway: String, product: ProductId, plan: CrowdPlan) -> Self {
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(0)
-            .timeout(Duration::from_secs(10))
-            // A proxy from the environment would sit between us and a local gateway.
-            .no_proxy()
-            .build()
-            .expect("an HTTP client");
+        let client = buyer_client();
         let started = Instant::now();
         let answers = Arc::new(Mutex::new(Vec::with_capacity(plan.buyers as usize)));
         let shared = Arc::clone(&answers);
@@ -251,6 +245,27 @@ impl Crowd {
         answers.sort_by_key(|a| a.user);
         CrowdOutcome { answers }
     }
+}
+
+/// The HTTP client of the crowd's buyers: a connection per request (see the module docs).
+fn buyer_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(10))
+        // A proxy from the environment would sit between us and a local gateway.
+        .no_proxy()
+        .build()
+        .expect("an HTTP client")
+}
+
+/// `user`'s purchase token for `product`, asked for as a crowd's buyer asks, for a drill
+/// that sends the purchase itself; or the answer that refused it.
+pub async fn purchase_token(
+    gateway: &str,
+    product: ProductId,
+    user: u64,
+) -> Result<String, Answer> {
+    issue_token(&buyer_client(), gateway, product, user, Instant::now()).await
 }
 
 /// Every user's token, `slots` at a time. A user refused a token is answered at once (its

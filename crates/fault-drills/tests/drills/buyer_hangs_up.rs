@@ -5,13 +5,14 @@
 //! so a purchase that lived in the handler stopped between its pre-deduct and its message:
 //! Redis still ran the script, and the unit stayed reserved with no message to carry it,
 //! until reconcile. The purchase runs to its end instead, answered or not: once the sale
-//! settles, without reconcile, each buyer who hung up has an order and nothing is left
-//! reserved.
+//! settles, without reconcile, each purchase of a buyer who hung up has its order or was
+//! refused having reserved nothing, and nothing is left reserved.
 
 use std::time::Duration;
 
+use fault_drills::crowd::purchase_token;
 use fault_drills::stack::Component;
-use fault_drills::{CrowdOutcome, Drill, Sale, Service, Settle, eventually, settle_and_audit};
+use fault_drills::{CrowdPlan, Drill, Sale, Service, Settle, eventually, settle_and_audit};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -40,15 +41,22 @@ async fn a_buyer_who_hangs_up_mid_purchase_leaves_no_unit_stranded() {
     // One purchase first, answered: Redis then holds the purchase's scripts, so a frozen
     // Redis is sent the script's call itself (EVALSHA), not a call it would refuse as an
     // unknown script once it goes on, leaving the client to send the script again.
-    let first = purchase_token(&gateway, &sale, FIRST_BUYER).await;
+    let first_buyer = CrowdPlan {
+        first_user: FIRST_BUYER,
+        ..CrowdPlan::rush(1, 1)
+    };
+    let first = drill.crowd(&sale, first_buyer).finish().await;
     assert_eq!(
-        purchase(&gateway, &sale, FIRST_BUYER, &first).await,
-        202,
-        "a purchase before the stall is accepted"
+        first.accepted().count(),
+        1,
+        "a purchase before the stall is accepted: {first}"
     );
     let mut tokens = Vec::new();
     for user in 1..=BUYERS {
-        tokens.push((user, purchase_token(&gateway, &sale, user).await));
+        let token = purchase_token(&gateway, sale.product, user)
+            .await
+            .unwrap_or_else(|refused| panic!("a token is issued: {refused:?}"));
+        tokens.push((user, token));
     }
 
     drill.freeze_component(Component::Redis).await;
@@ -75,15 +83,9 @@ async fn a_buyer_who_hangs_up_mid_purchase_leaves_no_unit_stranded() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     drill.thaw_component(Component::Redis).await;
 
-    // None of them was answered: the audit holds the stores to each other, and no flow may
-    // stay reserved without reconcile's help.
-    let audit = settle_and_audit(
-        &drill,
-        &sale,
-        &CrowdOutcome::default(),
-        Settle::within(SETTLE),
-    )
-    .await;
+    // None of them was answered (only the first buyer was): the audit holds the stores to
+    // each other, and no flow may stay reserved without reconcile's help.
+    let audit = settle_and_audit(&drill, &sale, &first, Settle::within(SETTLE)).await;
     // Each purchase ran to its end, heard by nobody: an order, or a refusal that reserved
     // nothing (a purchase that could not even get a connection to the frozen Redis before
     // its pool gave up was never sent, and is refused).
@@ -115,35 +117,6 @@ async fn a_buyer_who_hangs_up_mid_purchase_leaves_no_unit_stranded() {
          of them accepted; settled {:?} after the thaw with {} orders",
         audit.settled_after, audit.orders
     );
-}
-
-/// A purchase token for `user`, as a buyer's client asks for one.
-async fn purchase_token(gateway: &str, sale: &Sale, user: u64) -> String {
-    let response = reqwest::Client::new()
-        .post(format!("{gateway}/api/v1/products/{}/tokens", sale.product))
-        .header("X-User-Id", user)
-        .send()
-        .await
-        .expect("the gateway answers a token request");
-    assert_eq!(response.status().as_u16(), 201, "a token is issued");
-    let body: serde_json::Value = response.json().await.expect("a JSON body");
-    body["token"].as_str().expect("a token").to_owned()
-}
-
-/// A purchase as a buyer's client makes it; its status code.
-async fn purchase(gateway: &str, sale: &Sale, user: u64, token: &str) -> u16 {
-    reqwest::Client::new()
-        .post(format!(
-            "{gateway}/api/v1/products/{}/purchase",
-            sale.product
-        ))
-        .header("X-User-Id", user)
-        .json(&serde_json::json!({"token": token, "quantity": 1}))
-        .send()
-        .await
-        .expect("the gateway answers a purchase")
-        .status()
-        .as_u16()
 }
 
 /// Writes a whole purchase request on a connection of its own and leaves it unread.
