@@ -175,9 +175,9 @@ pub async fn purchase(
     buyer: Buyer,
     body: web::Json<PurchaseRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    // The `purchase` span, but not for a refusal that needs none (see `quiet_purchase`,
-    // which spared the request its `http_request` span too). Should the flag be cleared
-    // since then, the purchase goes on in this span, which is then the trace's root.
+    // The `purchase` span, but not for a refusal from the sold-out flag while spans are
+    // not exported: it logs nothing and sends nothing (see `quiet_purchase`). Should the
+    // flag be cleared since this look, the purchase goes on with no span.
     let span = if platform::telemetry::exporting() || !flagged(&state, &path) {
         tracing::info_span!("purchase", product_id = %path.as_str(), user_id = %buyer.0)
     } else {
@@ -200,18 +200,18 @@ fn flagged(state: &AppState, raw_product_id: &str) -> bool {
     product_id(raw_product_id).is_ok_and(|product| state.sold_out.is_sold_out(product))
 }
 
-/// A purchase of a product this gateway has flagged sold out needs no span while spans are
-/// not exported (`platform::http::traced`). It is refused from the flag, or earlier by a
-/// rate limit or a malformed body, and none of those paths logs a line or sends a message:
-/// its spans would carry nothing anyone sees. After sell-out these refusals are most of the
-/// traffic, and the `http_request` span alone was an eighth of the CPU of each (measured
-/// under BENCHMARKS.md §2's load).
+/// Which purchases need no `http_request` span while spans are not exported
+/// (`platform::http::traced`): every one that brings no caller's `traceparent` to join.
+/// Such a span would carry the method and the route, which the handler's `purchase` span
+/// makes plain, and a span is a real part of a request's cost: on the path that stops at
+/// pre_deduct (a DUPLICATE), the three spans a purchase had were a fifth of the gateway's
+/// CPU (BENCHMARKS.md §10). The `purchase` span is then the trace's root, and its ids are
+/// what the log lines and the message's `traceparent` carry. A purchase of a product this
+/// gateway has flagged sold out needs no span at all (see [`purchase`]): it is refused from
+/// the flag, or earlier by a rate limit or a malformed body, and none of those paths logs a
+/// line or sends a message.
 pub fn quiet_purchase(request: &ServiceRequest) -> bool {
-    let state = request.app_data::<web::Data<AppState>>();
-    let raw = request.match_info().get("product_id");
-    state
-        .zip(raw)
-        .is_some_and(|(state, raw)| flagged(state, raw))
+    !request.headers().contains_key("traceparent")
 }
 
 async fn buy(
