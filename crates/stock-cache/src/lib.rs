@@ -12,6 +12,7 @@ pub mod keys;
 mod pool;
 mod scripts;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::Runtime;
@@ -21,7 +22,7 @@ use serde::Deserialize;
 
 pub use keys::ProductKeys;
 
-use crate::pool::{Manager, Pool, PoolError, PooledConnection};
+use crate::pool::{CallConnection, Manager, Pool, PoolError, SharedConnection};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -128,10 +129,11 @@ pub struct OrderView {
     pub tombstone: Option<Tombstone>,
 }
 
-/// The services' handle on Redis: a connection pool plus the key prefix.
+/// The services' handle on Redis: a connection shared by all its calls (see the `pool`
+/// module), plus the key prefix. Clones share the connection.
 #[derive(Clone)]
 pub struct StockCache {
-    pool: Pool,
+    connections: Arc<SharedConnection>,
     /// Kept for [`StockCache::with_own_pool`]; it may carry a password, so it is never
     /// printed.
     url: String,
@@ -149,7 +151,11 @@ impl std::fmt::Debug for StockCache {
 
 const CONFIRMED: &str = "confirmed";
 
-fn build_pool(url: &str, size: usize, timeout: Duration) -> Result<Pool, CacheError> {
+fn connections(
+    url: &str,
+    size: usize,
+    timeout: Duration,
+) -> Result<Arc<SharedConnection>, CacheError> {
     let connections =
         deadpool_redis::Manager::new(url).map_err(|e| CacheError::Pool(e.to_string()))?;
     Pool::builder(Manager {
@@ -159,10 +165,14 @@ fn build_pool(url: &str, size: usize, timeout: Duration) -> Result<Pool, CacheEr
     .max_size(size)
     .runtime(Runtime::Tokio1)
     .build()
+    .map(|pool: Pool| Arc::new(SharedConnection::new(pool)))
     .map_err(|e| CacheError::Pool(e.to_string()))
 }
 
 impl StockCache {
+    /// A handle on the Redis at `url`, opening at most `pool_size` connections at once: one
+    /// that every call shares, and others only while one retired by a failed call still
+    /// serves the calls that were on it (see the `pool` module).
     pub fn new(
         url: &str,
         pool_size: usize,
@@ -173,21 +183,21 @@ impl StockCache {
             return Err(CacheError::BadPrefix(prefix.to_owned()));
         }
         Ok(Self {
-            pool: build_pool(url, pool_size, timeout)?,
+            connections: connections(url, pool_size, timeout)?,
             url: url.to_owned(),
             prefix: prefix.to_owned(),
             timeout,
         })
     }
 
-    /// Another handle with the same settings and a pool of its own, of `pool_size`
-    /// connections (at least one). A connection's I/O is driven by a task on the tokio
+    /// Another handle with the same settings and connections of its own, at most
+    /// `pool_size` (at least one). A connection's I/O is driven by a task on the tokio
     /// runtime that opened it and fails ("broken pipe") once that runtime ends: a service
     /// whose runtimes end at different times (each actix-web worker is one) gives each
-    /// runtime its own pool.
+    /// runtime its own.
     pub fn with_own_pool(&self, pool_size: usize) -> Self {
         Self {
-            pool: build_pool(&self.url, pool_size.max(1), self.timeout)
+            connections: connections(&self.url, pool_size.max(1), self.timeout)
                 .expect("this URL built a pool before"),
             url: self.url.clone(),
             prefix: self.prefix.clone(),
@@ -209,8 +219,8 @@ impl StockCache {
             .map_err(|_| CacheError::Timeout(self.timeout))?
     }
 
-    async fn connection(&self) -> Result<PooledConnection, CacheError> {
-        Ok(PooledConnection::new(self.pool.get().await?))
+    async fn connection(&self) -> Result<CallConnection, CacheError> {
+        Ok(self.connections.lend().await?)
     }
 
     pub async fn ping(&self) -> Result<(), CacheError> {

@@ -1,20 +1,36 @@
-//! The Redis connection pool: deadpool-redis's connections, recycled without a round trip
-//! while they are in steady use.
+//! The Redis connections: deadpool-redis makes and checks them; each is lent to every call
+//! at once.
 //!
-//! deadpool-redis checks every connection it lends with `UNWATCH` + `PING`: one more round
-//! trip per call, as many as the call itself on the purchase path (one `EVALSHA`). Here,
-//! as in order-store's MySQL pool, a connection is checked only when it has been idle
-//! for [`VERIFY_AFTER_IDLE`] (a restart or a proxy may have closed it unnoticed), and one
-//! whose call lost it is never lent again (see [`PooledConnection`]).
+//! **Shared, not lent one call at a time.** A redis-rs `MultiplexedConnection` takes calls
+//! from many tasks at once: its driver writes whatever calls are queued in one write, and
+//! Redis, reading them in one read, answers them in one write too. Lent to one call at a
+//! time, as a pool lends its objects, each call was a write and a read of its own on both
+//! sides; shared, under a crowd a few dozen purchases go out together. The gateway's
+//! purchases refused at pre_deduct (DUPLICATE) went from 16,784 to 22,488 per second with
+//! it, same run (BENCHMARKS.md). So a [`SharedConnection`] keeps one pooled connection and
+//! lends it to every call; it is *retired* — no new call gets it, and it is closed once the
+//! calls on it are done — when a call on it
+//! - lost it (an I/O error, a dropped connection), or
+//! - gave up waiting for its answer (the cache's timeout dropped the call): a connection
+//!   left half-open by a failover answers nothing and reports nothing, and only that tells.
+//!
+//! **Checked only when idle.** deadpool-redis checks every connection it lends with
+//! `UNWATCH` + `PING`: one more round trip per call, as many as the call itself on the
+//! purchase path (one `EVALSHA`). Here, as in order-store's MySQL pool, a connection is
+//! checked only when it has not been lent for [`VERIFY_AFTER_IDLE`] (a restart or a proxy
+//! may have closed it unnoticed): it then goes back to the pool, which checks it before
+//! lending it again.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use deadpool::managed::{self, Metrics, Object, RecycleResult};
 use deadpool_redis::redis::aio::{ConnectionLike, MultiplexedConnection};
 use deadpool_redis::redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
-/// A connection last lent longer ago than this is checked with deadpool-redis's own
-/// `UNWATCH` + `PING` before it is lent again.
+/// A connection last lent longer ago than this goes back to the pool, which checks it with
+/// deadpool-redis's own `UNWATCH` + `PING` before it is lent again.
 const VERIFY_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 pub(crate) type Pool = managed::Pool<Manager>;
@@ -53,37 +69,133 @@ impl managed::Manager for Manager {
     }
 }
 
-/// A lent connection that leaves the pool for good, instead of going back, when a call
-/// on it lost the connection or was abandoned half-way (a timeout dropped it): the next
-/// caller must not be lent a connection that can only fail.
-pub(crate) struct PooledConnection {
-    conn: Option<Object<Manager>>,
-    broken: bool,
+/// One pooled connection lent to every call at once, replaced when a call retires it (see
+/// the module docs). One call at a time takes the next one from the pool; the calls that
+/// come meanwhile wait for it rather than each opening one (a crowd's first purchases, or
+/// the ones after a failed call, would otherwise open as many as the pool allows).
+pub(crate) struct SharedConnection {
+    pool: Pool,
+    current: Mutex<Option<InUse>>,
+    opening: tokio::sync::Mutex<()>,
 }
 
-impl PooledConnection {
-    pub(crate) fn new(conn: Object<Manager>) -> Self {
+struct InUse {
+    held: Arc<Held>,
+    last_lent: Instant,
+}
+
+impl SharedConnection {
+    pub(crate) fn new(pool: Pool) -> Self {
         Self {
-            conn: Some(conn),
-            broken: false,
+            pool,
+            current: Mutex::new(None),
+            opening: tokio::sync::Mutex::new(()),
         }
     }
 
-    fn inner(&mut self) -> &mut MultiplexedConnection {
-        self.conn
-            .as_mut()
-            .expect("the connection is only taken out on drop")
+    /// The connection for one call.
+    pub(crate) async fn lend(&self) -> Result<CallConnection, PoolError> {
+        if let Some(held) = self.usable() {
+            return Ok(CallConnection::new(held));
+        }
+        let _opening = self.opening.lock().await;
+        if let Some(held) = self.usable() {
+            return Ok(CallConnection::new(held));
+        }
+        let held = Arc::new(Held::new(self.pool.get().await?));
+        *self.lock() = Some(InUse {
+            held: Arc::clone(&held),
+            last_lent: Instant::now(),
+        });
+        Ok(CallConnection::new(held))
     }
 
-    /// Called before a call is sent: until [`PooledConnection::answered`], the connection
-    /// counts as broken, so that a call dropped before its answer (a timeout) leaves it so.
+    /// The current connection, unless it is retired or has been idle too long: then it is
+    /// let go (to the pool, or closed if retired) and there is none.
+    fn usable(&self) -> Option<Arc<Held>> {
+        let mut current = self.lock();
+        let in_use = current.as_mut().filter(|in_use| {
+            !in_use.held.is_retired() && in_use.last_lent.elapsed() < VERIFY_AFTER_IDLE
+        });
+        let Some(in_use) = in_use else {
+            *current = None;
+            return None;
+        };
+        in_use.last_lent = Instant::now();
+        Some(Arc::clone(&in_use.held))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<InUse>> {
+        // Nothing panics while holding it; a poisoned slot still holds a usable value.
+        self.current
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A pooled connection and whether a call on it retired it. Dropped by its last user: back
+/// to the pool, or, retired, closed for good, so no later call is lent one that can only fail.
+struct Held {
+    conn: Option<Object<Manager>>,
+    retired: AtomicBool,
+}
+
+impl Held {
+    fn new(conn: Object<Manager>) -> Self {
+        Self {
+            conn: Some(conn),
+            retired: AtomicBool::new(false),
+        }
+    }
+
+    fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
+    }
+
+    fn connection(&self) -> MultiplexedConnection {
+        let conn = self
+            .conn
+            .as_ref()
+            .expect("the connection is only taken out on drop");
+        MultiplexedConnection::clone(conn)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take()
+            && self.is_retired()
+        {
+            drop(Object::take(conn));
+        }
+    }
+}
+
+/// The shared connection as one call uses it. Until the call is answered it counts as
+/// failed, so that a call dropped before its answer (a timeout) retires the connection.
+pub(crate) struct CallConnection {
+    held: Arc<Held>,
+    conn: MultiplexedConnection,
+    failed: bool,
+}
+
+impl CallConnection {
+    fn new(held: Arc<Held>) -> Self {
+        let conn = held.connection();
+        Self {
+            held,
+            conn,
+            failed: false,
+        }
+    }
+
     fn sending(&mut self) -> &mut MultiplexedConnection {
-        self.broken = true;
-        self.inner()
+        self.failed = true;
+        &mut self.conn
     }
 
     fn answered<T>(&mut self, result: RedisResult<T>) -> RedisResult<T> {
-        self.broken = matches!(&result, Err(e) if loses_connection(e));
+        self.failed = matches!(&result, Err(e) if loses_connection(e));
         result
     }
 }
@@ -95,17 +207,15 @@ fn loses_connection(error: &RedisError) -> bool {
         || error.is_unrecoverable_error()
 }
 
-impl Drop for PooledConnection {
+impl Drop for CallConnection {
     fn drop(&mut self) {
-        if let Some(conn) = self.conn.take()
-            && self.broken
-        {
-            drop(Object::take(conn));
+        if self.failed {
+            self.held.retired.store(true, Ordering::Relaxed);
         }
     }
 }
 
-impl ConnectionLike for PooledConnection {
+impl ConnectionLike for CallConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             let result = self.sending().req_packed_command(cmd).await;
@@ -129,6 +239,6 @@ impl ConnectionLike for PooledConnection {
     }
 
     fn get_db(&self) -> i64 {
-        self.conn.as_ref().map_or(0, |conn| conn.get_db())
+        self.conn.get_db()
     }
 }
