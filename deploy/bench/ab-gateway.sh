@@ -51,6 +51,9 @@ trap cleanup EXIT
 sides() { # sides ROUND
   if (($1 % 2)); then echo before after; else echo after before; fi
 }
+binary_of() { # binary_of SIDE: the gateway binary of the side `before` or `after`
+  if [[ $1 == after ]]; then echo "$after"; else echo "$before"; fi
+}
 
 start_gateway() { # start_gateway BINARY [NAME=VALUE...]
   env "${@:2}" "$1" >>"${work}/gateway.log" 2>&1 &
@@ -109,8 +112,7 @@ sleep 1
 declare -A figures
 for round in $(seq 1 "$rounds"); do
   for side in $(sides "$round"); do
-    binary="$before"
-    [[ $side == after ]] && binary="$after"
+    binary="$(binary_of "$side")"
     start_gateway "$binary"
     # One refusal from Redis raises this gateway's sold-out flag.
     read -r user token <"${work}/sold-out.txt"
@@ -129,8 +131,7 @@ done
 # write must not fall into a refusal pass of the other side.
 for round in $(seq 1 "$((winners ? rounds : 0))"); do
   for side in $(sides "$round"); do
-    binary="$before"
-    [[ $side == after ]] && binary="$after"
+    binary="$(binary_of "$side")"
     start_gateway "$binary"
     sale "${work}/warm.json" --buyers 3000 --concurrency 64 --tokens-first
     sale "${work}/closed.json" --buyers 16000 --concurrency 64 --tokens-first
@@ -159,8 +160,7 @@ overload() { # overload OUT: one round against the running gateway; OUT.state: t
 overloaded=(accepted unavailable unanswered reserved_without_order orders_beyond_accepted)
 for round in $(seq 1 "$((overload_rate > 0 ? rounds : 0))"); do
   for side in $(sides "$round"); do
-    binary="$before"
-    [[ $side == after ]] && binary="$after"
+    binary="$(binary_of "$side")"
     start_gateway "$binary" SECKILL_RATE_LIMIT__PURCHASES_IN_FLIGHT=100000000
     overload "${work}/overload.json"
     read -r -a counts < <(python3 -c 'import json, sys

@@ -411,6 +411,7 @@ w("")
 stage_table(f"{work}/latency-metrics-before.txt", f"{work}/latency-metrics-after.txt")
 
 if overload_measured:
+    settle_secs = params.get('overload_settle_secs', 15)
     w("## 3b. Past capacity: the gateway's in-flight cap")
     w("")
     w(f"`sale-sim --rate {params['overload_rate']} --buyers {params['overload_rate'] * 6:,}`: an open loop "
@@ -423,7 +424,7 @@ if overload_measured:
       "pre_deduct within `redis.timeout_ms` (1 s). \"Orders for buyers told otherwise\": orders in "
       "MySQL, after the drain, beyond the purchases answered 202. \"Units reserved with no order\": "
       "the product's flow records less its orders, read from the admin API "
-      f"{params.get('overload_settle_secs', 15)} s after sale-sim's report (purchases it gave up on may still be on their way to an order until then): what "
+      f"{settle_secs} s after sale-sim's report (purchases it gave up on may still be on their way to an order until then): what "
       "reconcile would later turn into orders or give back.")
     w("")
 
@@ -460,7 +461,7 @@ if overload_measured:
         ("latency of every answer, p99 (ms)", lambda cap, r, x: p(x, "purchase_latency_ms", "p99"), 1),
         ("latency of the accepted, p99 (ms)", lambda cap, r, x: p(x, "accepted_latency_ms", "p99"), 1),
         ("orders for buyers told otherwise", lambda cap, r, x: told_otherwise(x), 0),
-        (f"units reserved with no order, {params.get('overload_settle_secs', 15)} s later",
+        (f"units reserved with no order, {settle_secs} s later",
          lambda cap, r, x: reserved_later(cap, r), 0),
         ("gateway RSS after the round (MiB)", lambda cap, r, x: rss_mib(cap, r), 1),
     ]

@@ -6,8 +6,8 @@
 //! Redis, reading them in one read, answers them in one write too. Lent to one call at a
 //! time, as a pool lends its objects, each call was a write and a read of its own on both
 //! sides; shared, under a crowd a few dozen purchases go out together. The gateway's
-//! purchases refused at pre_deduct (DUPLICATE) went from 16,784 to 22,488 per second with
-//! it, same run (BENCHMARKS.md). So a [`SharedConnection`] keeps one pooled connection and
+//! purchases refused at pre_deduct (DUPLICATE) went from 19,209 to 26,276 per second with
+//! it, same run (docs/bench/experiments.md). So a [`SharedConnection`] keeps one pooled connection and
 //! lends it to every call; it is *retired* — no new call gets it, and it is closed once the
 //! calls on it are done — when a call on it
 //! - lost it (an I/O error, a dropped connection), or

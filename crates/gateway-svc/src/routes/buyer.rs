@@ -204,8 +204,8 @@ fn flagged(state: &AppState, raw_product_id: &str) -> bool {
 /// (`platform::http::traced`): every one that brings no caller's `traceparent` to join.
 /// Such a span would carry the method and the route, which the handler's `purchase` span
 /// makes plain, and a span is a real part of a request's cost: on the path that stops at
-/// pre_deduct (a DUPLICATE), the three spans a purchase had were a fifth of the gateway's
-/// CPU (BENCHMARKS.md §10). The `purchase` span is then the trace's root, and its ids are
+/// pre_deduct (a DUPLICATE), the three spans a purchase had were 18 % of the gateway's
+/// CPU (docs/bench/experiments.md). The `purchase` span is then the trace's root, and its ids are
 /// what the log lines and the message's `traceparent` carry. A purchase of a product this
 /// gateway has flagged sold out needs no span at all (see [`purchase`]): it is refused from
 /// the flag, or earlier by a rate limit or a malformed body, and none of those paths logs a
