@@ -19,6 +19,8 @@ work, out = sys.argv[1], sys.argv[2]
 params = json.load(open(f"{work}/params.json"))
 rounds = params["rounds"]
 R = range(1, rounds + 1)
+# Section 2's rounds, and the DUPLICATE passes made with them (fewer in runs before them).
+RJ = range(1, params.get("reject_rounds", rounds) + 1)
 
 
 def load(name):
@@ -138,7 +140,7 @@ w("The machine is shared and small: load tool, services, Redis, MariaDB and the 
 w("cores, so the load average at the start and the end is given to judge the noise by.")
 w("")
 w(f"- machine: {os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}")
-w(f"- command: `make bench` (ROUNDS={rounds}); the services started by `deploy/local/services.sh` "
+w(f"- command: `make bench` (ROUNDS={rounds}, REJECT_ROUNDS={len(RJ)}); the services started by `deploy/local/services.sh` "
   "with `SECKILL_RATE_LIMIT__USER_PER_SEC`/`USER_BURST` raised to 1,000,000 (wrk re-uses 1,000 buyers) "
   "and `SECKILL_RATE_LIMIT__GLOBAL_PER_SEC` to 10,000,000 (the refusal path runs above its default)")
 idle_start = open(f"{work}/idle-start").read().strip() if os.path.exists(f"{work}/idle-start") else None
@@ -150,9 +152,9 @@ w("")
 lua = [redis_benchmark(f"{work}/lua-{r}.csv") for r in R]
 lua_reserved = [int(open(f"{work}/lua-{r}.reserved").read()) for r in R]
 purchase = loads("purchase-{}.json")
-dup = [wrk(f"{work}/dup-{r}.txt") for r in R]
-rej_gw = [wrk(f"{work}/reject-gateway-{r}.txt") for r in R]
-rej_bare = [wrk(f"{work}/reject-bare-{r}.txt") for r in R]
+dup = [wrk(f"{work}/dup-{r}.txt") for r in RJ]
+rej_gw = [wrk(f"{work}/reject-gateway-{r}.txt") for r in RJ]
+rej_bare = [wrk(f"{work}/reject-bare-{r}.txt") for r in RJ]
 latency = loads("latency-{}.json")
 # Section 3b, past capacity (absent from runs before it): the gateway with its in-flight cap
 # (default) and without one (none).
@@ -365,7 +367,8 @@ w(f"`wrk -t2 -c{params['wrk_conns']} -d{params['wrk_secs']}s -s deploy/bench/pur
   "…/purchase with 1,000 valid tokens of a sold-out product in turn (the gateway answers 409 "
   "SOLD_OUT from its local flag, after identity and the instance-wide rate limit; the flag comes before the token's HMAC), and the same "
   "requests to `seckill-bench bare-http`, an actix-web app with the one route answering the same "
-  "409 body (same default worker count). Alternating, one of each per round.")
+  "409 body (same default worker count). One of each per round, the side that goes first "
+  f"alternating, {len(RJ)} rounds.")
 w("")
 w("| figure | median | rounds |")
 w("|---|---|---|")
@@ -379,17 +382,17 @@ so_probe = open(f"{work}/so-probe.json").read().strip()
 limited_count = open(f"{work}/reject-rate-limited-count").read().strip()
 w("")
 w(f"Every answer was a rejection: the gateway counted {int(sold_out_count):,} `sold_out` purchases "
-  f"and {int(limited_count):,} per-buyer rate-limit refusals over the {rounds} gateway passes "
+  f"and {int(limited_count):,} per-buyer rate-limit refusals over the {len(RJ)} gateway passes "
   f"(wrk: {pairs(rej_gw, 'non2xx', 'requests')} non-2xx/requests). The gateway's answer: `{so_probe}`.")
 w("")
 
 w("How busy each side was during the passes (wrk is the load tool, on the same cores):")
 w("")
-cpu_table("gateway rejections", [cpu_of(f"{work}/reject-gateway-{r}.txt.cpu.json") for r in R],
+cpu_table("gateway rejections", [cpu_of(f"{work}/reject-gateway-{r}.txt.cpu.json") for r in RJ],
           [x["rps"] for x in rej_gw], "request")
-cpu_table("bare handler", [cpu_of(f"{work}/reject-bare-{r}.txt.cpu.json") for r in R],
+cpu_table("bare handler", [cpu_of(f"{work}/reject-bare-{r}.txt.cpu.json") for r in RJ],
           [x["rps"] for x in rej_bare], "request")
-cpu_table("DUPLICATE path (section 1)", [cpu_of(f"{work}/dup-{r}.txt.cpu.json") for r in R],
+cpu_table("DUPLICATE path (section 1)", [cpu_of(f"{work}/dup-{r}.txt.cpu.json") for r in RJ],
           [x["rps"] for x in dup], "request")
 
 w("## 3. Purchase latency at half the maximum rate")

@@ -7,7 +7,9 @@
 #      gateway's purchases/s before sell-out (sale-sim, tokens first, stock that never runs
 #      out), and the gateway's purchases that stop at pre_deduct (re-used tokens, wrk);
 #   3. the gateway's rejections after sell-out against a bare actix-web handler, both under
-#      wrk with the same script (deploy/bench/purchase.lua) and the same connections;
+#      wrk with the same script (deploy/bench/purchase.lua) and the same connections, in
+#      REJECT_ROUNDS rounds (default 5: a pass is 10 s, and a few more of them steady a
+#      ratio of two fast paths), the side that goes first alternating;
 #   4. p99 purchase latency, open loop at half the measured purchase rate;
 #   5. units/s of a 10,000-unit sale, first request to the last order in MySQL;
 #   6. the gateway's RSS with 1,000 keep-alive connections open (fresh, and after the load);
@@ -35,6 +37,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
 bin_dir="${BIN_DIR:?BIN_DIR is the folder of the release binaries}"
 rounds="${ROUNDS:-3}"
+reject_rounds="${REJECT_ROUNDS:-5}"
 buyers="${BUYERS:-20000}"
 stock="${STOCK:-1000}"
 flows="${FLOWS:-1000000}"
@@ -292,12 +295,25 @@ done
 sold_out_before="$(metric 'seckill_purchases_total{outcome="sold_out"}')"
 limited_before="$(rate_limited)"
 mapfile -t gateway_watch < <(watch_args gateway redis)
-for round in $(seq 1 "$rounds"); do
-  log "rejection round ${round}/${rounds}"
-  wrk_run "${work}/reject-gateway-${round}.txt" "$gateway" "${work}/so-tokens.txt" "$so_product" \
+reject_gateway() {
+  wrk_run "${work}/reject-gateway-${1}.txt" "$gateway" "${work}/so-tokens.txt" "$so_product" \
     "${gateway_watch[@]}"
-  wrk_run "${work}/reject-bare-${round}.txt" "http://${bare_listen}" "${work}/so-tokens.txt" \
+}
+reject_bare() {
+  wrk_run "${work}/reject-bare-${1}.txt" "http://${bare_listen}" "${work}/so-tokens.txt" \
     "$so_product" --watch "bare-http=${bare_pid}"
+}
+for round in $(seq 1 "$reject_rounds"); do
+  log "rejection round ${round}/${reject_rounds}"
+  # Whichever side went first in one round goes second in the next: a machine that grows
+  # busier or quieter during a round favours neither.
+  if ((round % 2)); then
+    reject_gateway "$round"
+    reject_bare "$round"
+  else
+    reject_bare "$round"
+    reject_gateway "$round"
+  fi
   wrk_run "${work}/dup-${round}.txt" "$gateway" "${work}/dup-tokens.txt" "$dup_product" \
     "${gateway_watch[@]}"
 done
@@ -474,7 +490,7 @@ BIN_DIR="$bin_dir" FLOWS="$flows" "${here}/reconcile.sh" >"${work}/reconcile.txt
 
 cut -d' ' -f1-3 /proc/loadavg >"${work}/loadavg-end"
 cat >"${work}/params.json" <<JSON
-{"rounds": ${rounds}, "buyers": ${buyers}, "stock": ${stock}, "flows": ${flows},
+{"rounds": ${rounds}, "reject_rounds": ${reject_rounds}, "buyers": ${buyers}, "stock": ${stock}, "flows": ${flows},
  "drain_orders": ${drain_orders}, "single_orders": ${single_orders},
  "purchase_buyers": ${purchase_buyers}, "lua_requests": ${lua_requests},
  "wrk_secs": ${wrk_secs}, "wrk_conns": ${wrk_conns}, "half_rate": ${half_rate},
