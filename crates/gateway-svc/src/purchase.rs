@@ -10,7 +10,7 @@
 //! Spans (children of the purchase's): `lua.pre_deduct`, `mq.send_half` and, inside it, the
 //! `local_transaction` (run by the client on its own thread, attached through
 //! [`SendSpans`]) with its `lua.confirm`; `lua.release` after a failed send. The `lua.*`
-//! spans only while spans are exported. A broker
+//! and `mq.send_half` spans only while spans are exported. A broker
 //! check-back arrives with nothing but the order token: it starts a trace of its own that
 //! names the token.
 
@@ -68,9 +68,26 @@ fn lua_span(script: &'static str) -> tracing::Span {
     )
 }
 
-/// The `mq.send_half` span of each order whose transactional send is in flight. The client
-/// runs the local transaction on a thread of its own, with nothing but the order; this is
-/// how it finds the span to record itself under, so the purchase's trace shows it.
+/// The `mq.send_half` span of one order's transactional send; none while spans are not
+/// exported, like [`lua_span`]: `seckill_send_seconds` times every send, and the span was
+/// the last one a winner made beside its purchase's.
+fn send_span(token: &OrderToken) -> tracing::Span {
+    if !platform::telemetry::exporting() {
+        return tracing::Span::none();
+    }
+    tracing::info_span!(
+        "mq.send_half",
+        otel.kind = "producer",
+        messaging.system = "rocketmq",
+        order = %short_token(token),
+        decision = tracing::field::Empty,
+    )
+}
+
+/// The span each order in flight was sent under (its `mq.send_half`, or its purchase's while
+/// spans are not exported). The client runs the local transaction on a thread of its own,
+/// with nothing but the order; this is how it finds the span to record itself under, so the
+/// purchase's trace shows it.
 #[derive(Default)]
 pub struct SendSpans(Mutex<HashMap<OrderToken, tracing::Span>>);
 
@@ -180,23 +197,23 @@ impl PurchaseDesk {
         // finds the flow once its grace window has passed.
         platform::crash_point!("gateway::after_pre_deduct");
 
-        let send_span = tracing::info_span!(
-            "mq.send_half",
-            otel.kind = "producer",
-            messaging.system = "rocketmq",
-            order = %short_token(&claims.order_token),
-            decision = tracing::field::Empty,
-        );
-        // The consumer joins the trace under the send: the message is its cause.
+        let send_span = send_span(&claims.order_token);
+        // What the message and the local transaction hang under (the consumer joins the
+        // trace there: the message is its cause): the send's span, or the purchase's while
+        // the send has none, so their log lines still carry the purchase's trace id.
+        let cause = if send_span.is_none() {
+            tracing::Span::current()
+        } else {
+            send_span.clone()
+        };
         let order = OrderPlaced::new(
             claims.order_token.clone(),
             claims.user_id,
             quantity,
             reserved_at_ms,
         )
-        .with_traceparent(platform::telemetry::traceparent_of(&send_span));
-        self.send_spans
-            .insert(&order.order_token, send_span.clone());
+        .with_traceparent(platform::telemetry::traceparent_of(&cause));
+        self.send_spans.insert(&order.order_token, cause);
         let started = Instant::now();
         let sent = self
             .sender

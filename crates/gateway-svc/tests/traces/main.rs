@@ -6,15 +6,20 @@
 //! one tracing subscriber (exporting as `order-consumer-svc`); the gateway is its real
 //! binary, configured the standard way (`OTEL_EXPORTER_OTLP_ENDPOINT`), and flushes its
 //! spans when SIGTERM stops it.
+//!
+//! Without an exporter there are no spans to see, but the trace id still ties a purchase's
+//! log lines together across the services: the second test reads it from both binaries'
+//! JSON logs.
 
 #[allow(dead_code)]
 #[path = "../api/helpers.rs"]
 mod helpers;
 mod otlp;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
+use serde_json::Value;
 use test_support::process::ServiceProcess;
 use test_support::service::InProcessService;
 use test_support::stack::TestStack;
@@ -147,4 +152,64 @@ async fn one_purchase_is_one_trace_from_the_gateway_request_to_the_consumers_tra
             assert_eq!(order, &short, "{span:?}");
         }
     }
+}
+
+/// The JSON log lines of `path` whose message is `message`.
+fn log_lines(path: &std::path::Path, message: &str) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["message"] == message)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_exporter_the_consumer_logs_the_order_under_the_purchases_trace_id() {
+    let stack = TestStack::new().await;
+    let mut env = stack.env();
+    env.insert("LOG_FORMAT".into(), "json".into());
+    env.insert("RUST_LOG".into(), "info".into());
+    env.remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    let gateway = ServiceProcess::start("gateway-svc", "SECKILL_GATEWAY__LISTEN", &env, &[]).await;
+    let consumer =
+        ServiceProcess::start("order-consumer-svc", "SECKILL_CONSUMER__LISTEN", &env, &[]).await;
+
+    let app = TestApp {
+        address: gateway.url(),
+        client: reqwest::Client::new(),
+        stack,
+        consumer: None,
+        gateway: None,
+    };
+    app.open_sale(PRODUCT, 5, 1).await;
+    let bought = app.buy(BUYER, PRODUCT).await;
+    assert_eq!(bought.status(), StatusCode::ACCEPTED);
+    let order_token = body(bought).await["order_token"]
+        .as_str()
+        .expect("an order token")
+        .to_owned();
+    app.wait_confirmed(BUYER, &order_token, Duration::from_secs(30))
+        .await;
+
+    let queued = log_lines(gateway.log_path(), "Purchase queued.");
+    let [queued] = queued.as_slice() else {
+        panic!("one \"Purchase queued.\" line: {queued:?}");
+    };
+    let trace = queued["trace_id"].as_str().expect("a trace id").to_owned();
+    assert_eq!(trace.len(), 32, "{queued}");
+    // The batch's line is written after the order is marked confirmed: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let written = loop {
+        let written = log_lines(consumer.log_path(), "Order batch written.");
+        if !written.is_empty() || Instant::now() > deadline {
+            break written;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let [written] = written.as_slice() else {
+        panic!("one \"Order batch written.\" line: {written:?}");
+    };
+    assert_eq!(written["trace_id"], trace.as_str(), "{written}");
+    assert_eq!(written["inserted"], 1, "{written}");
 }
