@@ -64,22 +64,7 @@ async fn one_purchase_is_one_trace_from_the_gateway_request_to_the_consumers_tra
     env.insert("OTEL_BSP_SCHEDULE_DELAY".into(), "200".into());
     let gateway = ServiceProcess::start("gateway-svc", "SECKILL_GATEWAY__LISTEN", &env, &[]).await;
 
-    let app = TestApp {
-        address: gateway.url(),
-        client: reqwest::Client::new(),
-        stack,
-        consumer: None,
-        gateway: None,
-    };
-    app.open_sale(PRODUCT, 5, 1).await;
-    let bought = app.buy(BUYER, PRODUCT).await;
-    assert_eq!(bought.status(), StatusCode::ACCEPTED);
-    let order_token = body(bought).await["order_token"]
-        .as_str()
-        .expect("an order token")
-        .to_owned();
-    app.wait_confirmed(BUYER, &order_token, Duration::from_secs(30))
-        .await;
+    let (_app, order_token) = buy_one_confirmed(stack, &gateway).await;
 
     // Flushed on the way out: the gateway on SIGTERM, the consumer when its guard drops.
     assert!(gateway.terminate().await.success());
@@ -154,27 +139,9 @@ async fn one_purchase_is_one_trace_from_the_gateway_request_to_the_consumers_tra
     }
 }
 
-/// The JSON log lines of `path` whose message is `message`.
-fn log_lines(path: &std::path::Path, message: &str) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|line| line["message"] == message)
-        .collect()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_an_exporter_the_consumer_logs_the_order_under_the_purchases_trace_id() {
-    let stack = TestStack::new().await;
-    let mut env = stack.env();
-    env.insert("LOG_FORMAT".into(), "json".into());
-    env.insert("RUST_LOG".into(), "info".into());
-    env.remove("OTEL_EXPORTER_OTLP_ENDPOINT");
-    let gateway = ServiceProcess::start("gateway-svc", "SECKILL_GATEWAY__LISTEN", &env, &[]).await;
-    let consumer =
-        ServiceProcess::start("order-consumer-svc", "SECKILL_CONSUMER__LISTEN", &env, &[]).await;
-
+/// Opens a sale on `stack` and buys one unit through `gateway`; answers once the order is
+/// confirmed, with its order token (and the app, which owns the stack).
+async fn buy_one_confirmed(stack: TestStack, gateway: &ServiceProcess) -> (TestApp, String) {
     let app = TestApp {
         address: gateway.url(),
         client: reqwest::Client::new(),
@@ -191,11 +158,42 @@ async fn without_an_exporter_the_consumer_logs_the_order_under_the_purchases_tra
         .to_owned();
     app.wait_confirmed(BUYER, &order_token, Duration::from_secs(30))
         .await;
+    (app, order_token)
+}
+
+/// The JSON log lines of `path` whose message is `message`.
+fn log_lines(path: &std::path::Path, message: &str) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["message"] == message)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_exporter_the_consumer_logs_the_order_under_the_purchases_trace_id() {
+    let stack = TestStack::new().await;
+    let mut env = stack.env();
+    env.insert("LOG_FORMAT".into(), "json".into());
+    env.insert("RUST_LOG".into(), "info".into());
+    // Whatever the environment the test runs in says about an exporter.
+    env.insert("OTEL_SDK_DISABLED".into(), "true".into());
+    let gateway = ServiceProcess::start("gateway-svc", "SECKILL_GATEWAY__LISTEN", &env, &[]).await;
+    let consumer =
+        ServiceProcess::start("order-consumer-svc", "SECKILL_CONSUMER__LISTEN", &env, &[]).await;
+
+    let (_app, order_token) = buy_one_confirmed(stack, &gateway).await;
 
     let queued = log_lines(gateway.log_path(), "Purchase queued.");
     let [queued] = queued.as_slice() else {
         panic!("one \"Purchase queued.\" line: {queued:?}");
     };
+    assert_eq!(
+        queued["order"],
+        platform::telemetry::short_token(&order_token).as_str(),
+        "{queued}"
+    );
     let trace = queued["trace_id"].as_str().expect("a trace id").to_owned();
     assert_eq!(trace.len(), 32, "{queued}");
     // The batch's line is written after the order is marked confirmed: wait for it.
