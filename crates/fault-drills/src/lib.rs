@@ -99,29 +99,7 @@ pub mod drill;
 pub mod metrics;
 pub mod stack;
 
-use std::future::Future;
-use std::time::{Duration, Instant};
-
 pub use audit::{Audit, Settle, settle_and_audit};
 pub use crowd::{Crowd, CrowdOutcome, CrowdPlan};
 pub use drill::{ARMED, Drill, PRODUCT, ReconcileRun, Sale, Service, Stopped};
-
-/// How often [`eventually`] asks again.
-const POLL: Duration = Duration::from_millis(100);
-
-/// Asks `check` every 100 ms until it answers `Some`, and returns that. Panics with `what`
-/// when `within` passes first.
-pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
-        tokio::time::sleep(POLL).await;
-    }
-}
+pub use test_support::eventually;

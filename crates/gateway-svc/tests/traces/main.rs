@@ -16,7 +16,7 @@
 mod helpers;
 mod otlp;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -197,14 +197,15 @@ async fn without_an_exporter_the_consumer_logs_the_order_under_the_purchases_tra
     let trace = queued["trace_id"].as_str().expect("a trace id").to_owned();
     assert_eq!(trace.len(), 32, "{queued}");
     // The batch's line is written after the order is marked confirmed: wait for it.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let written = loop {
-        let written = log_lines(consumer.log_path(), "Order batch written.");
-        if !written.is_empty() || Instant::now() > deadline {
-            break written;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let written = test_support::eventually(
+        Duration::from_secs(10),
+        "the consumer's \"Order batch written.\" line",
+        || async {
+            let written = log_lines(consumer.log_path(), "Order batch written.");
+            (!written.is_empty()).then_some(written)
+        },
+    )
+    .await;
     let [written] = written.as_slice() else {
         panic!("one \"Order batch written.\" line: {written:?}");
     };
