@@ -8,13 +8,24 @@ use diesel::sql_types::{BigInt, Unsigned};
 use diesel_async::RunQueryDsl;
 use domain::ProductId;
 use order_store::Db;
+use test_support::eventually;
 use test_support::mysql::TestDb;
 
 use crate::helpers::{put_product, raw_conn};
 
 /// Kills every session the server has open on the test database but the killer's own:
 /// what a restart of MariaDB (or an operator's KILL) does to the pool's connections.
+///
+/// Waits first until the pool's one connection is the only session left: the server lists
+/// a closed connection (the migration's, the set-up's) for a moment after its client has
+/// gone, and on a busy host that moment was long enough to be counted and killed too.
 async fn kill_pool_sessions(test_db: &TestDb) -> usize {
+    eventually(
+        Duration::from_secs(10),
+        "the set-up's sessions leave the server's process list",
+        || async { (sessions(test_db).await == 1).then_some(()) },
+    )
+    .await;
     let mut conn = raw_conn(test_db).await;
     let ids: Vec<u64> = diesel::sql_query(format!(
         "SELECT id FROM information_schema.processlist \
