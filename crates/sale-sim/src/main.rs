@@ -66,7 +66,11 @@ fn product_from_clock() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-#[tokio::main]
+// One thread: the load tool shares the host with what it measures, and on Tokio's
+// multi-thread runtime it spent more CPU per buyer for no higher rate (docs/bench/
+// experiments.md: sale-sim on one thread). One core is far more than a sale needs; the
+// open loop's schedule keeps a blocking thread of its own.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let config = SaleConfig {
