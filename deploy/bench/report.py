@@ -660,7 +660,7 @@ else:
     families = [
         ("async runtime, sockets (tokio, mio; their syscalls)", r"^(tokio|mio|tokio_util)$"),
         ("HTTP server (actix-*)", r"^actix"),
-        ("route matching (regex_lite, from actix-router)", r"^regex"),
+        ("route matching (regex, from actix-router)", r"^regex"),
         ("Redis client (redis, deadpool, combine)", r"^(redis|deadpool|deadpool_redis|combine)$"),
         ("RocketMQ client (rocketmq_*)", r"^rocketmq"),
         ("MySQL client (mysql_async, mysql_common, diesel*)", r"^(mysql_async|mysql_common|diesel|diesel_async)$"),
