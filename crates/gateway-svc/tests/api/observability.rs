@@ -185,17 +185,16 @@ async fn every_service_exports_its_series_after_a_small_sale() {
     let reconcile = loop {
         if let Ok(response) = client.get(format!("{reconcile_url}/metrics")).send().await {
             let text = response.text().await.unwrap();
-            if sample(
-                &text,
+            // The run is counted once it has returned, after its repairs and gauges: a
+            // scrape between the two found the repair but not the run.
+            let repaired_and_counted = [
                 "seckill_reconcile_repairs_total{action=\"republish\",outcome=\"repaired\"}",
-            )
-            .is_some()
-                && sample(
-                    &text,
-                    &format!("seckill_reconcile_drift_units{{{p},store=\"redis\"}}"),
-                )
-                .is_some()
-            {
+                &format!("seckill_reconcile_drift_units{{{p},store=\"redis\"}}"),
+                "seckill_reconcile_runs_total{status=",
+            ]
+            .iter()
+            .all(|prefix| sample(&text, prefix).is_some());
+            if repaired_and_counted {
                 break text;
             }
         }
