@@ -20,11 +20,14 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 echo "installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
+# Another apt-get (a second install script, the host's own updates) may hold dpkg's lock:
+# wait for it rather than fail.
+apt_wait=(-o DPkg::Lock::Timeout=600)
+apt-get "${apt_wait[@]}" update -qq
 policy=/usr/sbin/policy-rc.d
 created_policy=0
 if [[ ! -e $policy ]]; then
   printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && created_policy=1
 fi
 trap '[[ $created_policy == 1 ]] && rm -f "$policy"' EXIT
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+apt-get "${apt_wait[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
