@@ -70,6 +70,10 @@ pub struct ProductState {
     pub orders: i64,
 }
 
+/// How long a connection may stay idle in the pool: under the gateway's keep-alive
+/// (`gateway.keep_alive_secs`, 5 s by default), after which it closes an idle connection.
+const IDLE_CLOSE: Duration = Duration::from_secs(4);
+
 /// One shared client (one connection pool) and where the gateway is.
 #[derive(Clone)]
 pub struct Gateway {
@@ -79,15 +83,21 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Every connection opened stays in the pool, idle or not (reqwest's default), so a
+    /// Every connection opened stays in the pool (no cap on idle ones, reqwest's default), so a
     /// buyer reuses a warm one instead of paying a TCP handshake per request. A cap on idle
     /// connections would close the extra ones an open loop opens during a latency spike,
     /// only to open them again at the next: at 4,600 purchases/s a cap of 64 made some
     /// 1,600 connections per 10 s round, each a handshake and an accept in the gateway just
     /// when it was already behind.
+    ///
+    /// Idle ones are closed after [`IDLE_CLOSE`], though, before the gateway closes them:
+    /// a request sent on a connection just as the server's keep-alive timer closes it is lost
+    /// ("connection closed before message completed"), and in an open loop the connections
+    /// left over from a spike sit idle that long.
     pub fn new(base: &str, admin_token: &str) -> anyhow::Result<Self> {
         let client = Client::builder()
             .timeout(Duration::from_secs(10))
+            .pool_idle_timeout(IDLE_CLOSE)
             // A proxy from the environment would sit between us and a local gateway.
             .no_proxy()
             .build()?;
