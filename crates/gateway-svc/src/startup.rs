@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
+use actix_web::http::KeepAlive;
 use actix_web::{App, HttpServer, middleware, web};
 use anyhow::Context;
 use domain::TokenSigner;
@@ -172,6 +173,10 @@ impl Application {
         let port = listener.local_addr()?.port();
         let max_body = settings.gateway.max_body_bytes;
         let grace = Duration::from_secs(settings.gateway.shutdown_grace_secs);
+        let keep_alive = match settings.gateway.keep_alive_secs {
+            0 => KeepAlive::Disabled,
+            secs => KeepAlive::Timeout(Duration::from_secs(secs)),
+        };
         let header_cap = routes::HeaderCap(settings.gateway.max_header_bytes);
         let worker_parts = shared.clone();
         let server = HttpServer::new(move || {
@@ -194,6 +199,7 @@ impl Application {
                 .default_service(web::to(routes::not_found))
         })
         .workers(workers)
+        .keep_alive(keep_alive)
         .backlog(4096)
         .max_connection_rate(4096)
         .shutdown_timeout(grace.as_secs())

@@ -31,6 +31,8 @@ pub struct GatewaySettings {
     /// Largest header block accepted (431 above it).
     pub max_header_bytes: usize,
     pub shutdown_grace_secs: u64,
+    /// How long an idle keep-alive connection stays open (0: closed after each answer).
+    pub keep_alive_secs: u64,
     /// How long an admin reload waits for the order consumers to empty their backlog.
     pub reload_drain_secs: u64,
     /// Most orders of one product under one transactional message.

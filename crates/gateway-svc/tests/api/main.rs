@@ -4,6 +4,7 @@
 
 mod admin;
 mod bad_input;
+mod connections;
 mod helpers;
 mod identity;
 mod observability;
