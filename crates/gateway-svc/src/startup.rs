@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
-use actix_web::http::KeepAlive;
 use actix_web::{App, HttpServer, middleware, web};
 use anyhow::Context;
 use domain::TokenSigner;
@@ -173,10 +172,8 @@ impl Application {
         let port = listener.local_addr()?.port();
         let max_body = settings.gateway.max_body_bytes;
         let grace = Duration::from_secs(settings.gateway.shutdown_grace_secs);
-        let keep_alive = match settings.gateway.keep_alive_secs {
-            0 => KeepAlive::Disabled,
-            secs => KeepAlive::Timeout(Duration::from_secs(secs)),
-        };
+        // actix-web takes a zero keep-alive for none.
+        let keep_alive = Duration::from_secs(settings.gateway.keep_alive_secs);
         let header_cap = routes::HeaderCap(settings.gateway.max_header_bytes);
         let worker_parts = shared.clone();
         let server = HttpServer::new(move || {
