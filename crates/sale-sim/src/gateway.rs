@@ -70,10 +70,6 @@ pub struct ProductState {
     pub orders: i64,
 }
 
-/// How long a connection may stay idle in the pool: under the gateway's keep-alive
-/// (`gateway.keep_alive_secs`, 5 s by default), after which it closes an idle connection.
-const IDLE_CLOSE: Duration = Duration::from_secs(4);
-
 /// One shared client (one connection pool) and where the gateway is.
 #[derive(Clone)]
 pub struct Gateway {
@@ -90,14 +86,15 @@ impl Gateway {
     /// 1,600 connections per 10 s round, each a handshake and an accept in the gateway just
     /// when it was already behind.
     ///
-    /// Idle ones are closed after [`IDLE_CLOSE`], though, before the gateway closes them:
-    /// a request sent on a connection just as the server's keep-alive timer closes it is lost
-    /// ("connection closed before message completed"), and in an open loop the connections
-    /// left over from a spike sit idle that long.
-    pub fn new(base: &str, admin_token: &str) -> anyhow::Result<Self> {
+    /// Idle ones are closed after `idle_close`, though, which must be under the gateway's
+    /// keep-alive (`gateway.keep_alive_secs`): a request sent on a connection just as the
+    /// server's keep-alive timer closes it is lost ("connection closed before message
+    /// completed"), and in an open loop the connections left over from a spike sit idle that
+    /// long.
+    pub fn new(base: &str, admin_token: &str, idle_close: Duration) -> anyhow::Result<Self> {
         let client = Client::builder()
             .timeout(Duration::from_secs(10))
-            .pool_idle_timeout(IDLE_CLOSE)
+            .pool_idle_timeout(idle_close)
             // A proxy from the environment would sit between us and a local gateway.
             .no_proxy()
             .build()?;

@@ -33,6 +33,9 @@ use crate::gateway::{Gateway, ProductState, Refusal};
 const SAMPLE_SIZE: usize = 20;
 /// How often the product's order count is read while waiting for the drain.
 const DRAIN_POLL: Duration = Duration::from_millis(100);
+/// How long the load tool keeps an idle connection by default: under the gateway's default
+/// keep-alive of 5 s (`gateway.keep_alive_secs`), so the gateway never closes one under it.
+pub const DEFAULT_IDLE_CLOSE: Duration = Duration::from_secs(4);
 /// How long a sampled order may still read "queued" once MySQL holds it: the consumer
 /// marks orders confirmed in Redis just after its MySQL commit.
 const CONFIRM_GRACE: Duration = Duration::from_secs(3);
@@ -62,6 +65,9 @@ pub struct SaleConfig {
     /// Purchases per second, open loop (implies `tokens_first`): each purchase goes out at
     /// its scheduled moment and its latency counts from there. `None`: closed loop.
     pub rate: Option<f64>,
+    /// An idle pooled connection is closed after this long: keep it under the gateway's
+    /// keep-alive, or a purchase sent just as the gateway closes its connection is lost.
+    pub idle_close: Duration,
 }
 
 impl SaleConfig {
@@ -81,6 +87,7 @@ impl SaleConfig {
             progress: false,
             tokens_first: false,
             rate: None,
+            idle_close: DEFAULT_IDLE_CLOSE,
         }
     }
 }
@@ -103,7 +110,7 @@ impl SaleConfig {
 /// ```
 pub async fn run_sale(config: &SaleConfig) -> anyhow::Result<SaleReport> {
     let concurrency = config.concurrency.max(1);
-    let gateway = Gateway::new(&config.gateway, &config.admin_token)
+    let gateway = Gateway::new(&config.gateway, &config.admin_token, config.idle_close)
         .context("cannot build the HTTP client")?;
     let product = config.product_id;
 

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use sale_sim::{SaleConfig, run_sale};
+use sale_sim::{DEFAULT_IDLE_CLOSE, SaleConfig, run_sale};
 
 /// Simulates a flash sale: puts a fresh product on sale, sends a crowd of buyers at it
 /// (a purchase token, then one unit each), waits for every order to reach MySQL, and
@@ -54,6 +54,10 @@ struct Cli {
     /// purchase's scheduled moment.
     #[arg(long)]
     rate: Option<f64>,
+    /// Milliseconds an idle connection stays open: keep it under the gateway's keep-alive
+    /// (`gateway.keep_alive_secs`), or a purchase sent as the gateway closes it is lost.
+    #[arg(long, default_value_t = DEFAULT_IDLE_CLOSE.as_millis() as u64)]
+    idle_close_ms: u64,
 }
 
 /// The clock's milliseconds since the epoch: a product id of its own for every run, also for
@@ -86,6 +90,7 @@ async fn main() -> ExitCode {
         progress: !cli.no_progress,
         tokens_first: cli.tokens_first,
         rate: cli.rate.filter(|rate| *rate > 0.0),
+        idle_close: Duration::from_millis(cli.idle_close_ms),
     };
     let report = match run_sale(&config).await {
         Ok(report) => report,
