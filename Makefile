@@ -31,6 +31,7 @@ stack-down: ## Stop the local stack (its data is kept)
 	$(STACK) down
 
 build: ## Build the release binaries
+	deploy/local/sweep-cache.sh
 	cargo build --release --workspace --bins
 
 run: stack build ## Start the services in the background (.run/<service>.{pid,log})
@@ -62,6 +63,7 @@ test: export SECKILL_TEST_REDIS_URL ?= redis://127.0.0.1:16379
 test: export SECKILL_TEST_MYSQL_URL ?= mysql://seckill:seckill@127.0.0.1:13306
 test: export SECKILL_TEST_NAMESRV ?= 127.0.0.1:19876
 test: ## Everything CI runs: fmt, clippy, the stack, the debug binaries, cargo test
+	deploy/local/sweep-cache.sh
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --features "$(TEST_FEATURES)" -- -D warnings
 	$(STACK) up
