@@ -31,7 +31,7 @@ bare="127.0.0.1:18090"
 
 "${repo}/deploy/local/ensure-tools.sh" wrk curl python3 >&2
 
-export SECKILL_CONFIG_DIR="${repo}/config" RUST_LOG=warn
+export SECKILL_CONFIG_DIR="${repo}/config" SECKILL_ENV="${SECKILL_ENV:-local}" RUST_LOG=warn
 # As in make bench: wrk re-uses 1,000 buyers at tens of thousands of requests/s.
 export SECKILL_RATE_LIMIT__USER_PER_SEC=1000000 SECKILL_RATE_LIMIT__USER_BURST=1000000 \
   SECKILL_RATE_LIMIT__GLOBAL_PER_SEC=10000000

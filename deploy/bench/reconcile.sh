@@ -13,7 +13,7 @@ product=900000001
 
 "${repo}/deploy/local/ensure-tools.sh" /usr/bin/time:time
 
-export SECKILL_CONFIG_DIR="${repo}/config"
+export SECKILL_CONFIG_DIR="${repo}/config" SECKILL_ENV="${SECKILL_ENV:-local}"
 export SECKILL_MYSQL__URL="mysql://seckill:seckill@127.0.0.1:13306/seckill_bench"
 export SECKILL_REDIS__KEY_PREFIX="bench"
 export SECKILL_RECONCILE__GRACE_SECS=0

@@ -58,6 +58,8 @@ cache="${SECKILL_CACHE:-${HOME}/.cache/seckill}"
 inferno="${cache}/tools/inferno/bin"
 run_dir="${SECKILL_RUN_DIR:-${repo}/.run}"
 services="${repo}/deploy/local/services.sh"
+# Local mode: the services and the bench tool sign and check with config/local.toml's keys.
+export SECKILL_ENV="${SECKILL_ENV:-local}"
 gateway="http://127.0.0.1:8080"
 bare_listen="127.0.0.1:18090"
 redis_port="${SECKILL_STACK_REDIS_PORT:-16379}"

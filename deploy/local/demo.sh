@@ -8,6 +8,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
 cache="${SECKILL_CACHE:-${HOME}/.cache/seckill}"
 bin_dir="${BIN_DIR:-${CARGO_TARGET_DIR:-${cache}/target}/release}"
+# Local mode, for reconcile-svc below as for the services (see services.sh).
+export SECKILL_ENV="${SECKILL_ENV:-local}"
 
 trap '"${here}/services.sh" stop' EXIT
 trap 'exit 130' INT

@@ -9,7 +9,8 @@
 # Pid and log of a service: $RUN_DIR/<service>.pid and $RUN_DIR/<service>.log
 # (RUN_DIR = $SECKILL_RUN_DIR, default <repo>/.run). Binaries come from $BIN_DIR
 # (default $CARGO_TARGET_DIR/release, CARGO_TARGET_DIR default $SECKILL_CACHE/target).
-# The services run from the repository root and read config/default.toml there, with
+# The services run from the repository root and read config/default.toml and
+# config/local.toml there (SECKILL_ENV=local unless set), with
 # SECKILL_<SECTION>__<KEY> overrides from the environment; SECKILL_GATEWAY__LISTEN,
 # SECKILL_CONSUMER__LISTEN and SECKILL_RECONCILE__LISTEN also tell this script where to
 # ask for /readyz.
@@ -32,6 +33,9 @@ bin_dir="${BIN_DIR:-${target_dir}/release}"
 start_timeout="${SECKILL_SERVICES_START_TIMEOUT:-90}"
 stop_timeout="${SECKILL_SERVICES_STOP_TIMEOUT:-30}"
 services=(gateway-svc order-consumer-svc reconcile-svc)
+# Local mode: config/local.toml's public development secrets, which the services refuse
+# anywhere else.
+export SECKILL_ENV="${SECKILL_ENV:-local}"
 
 log() { printf 'services: %s\n' "$*"; }
 die() {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use config::{Config, Environment, File, FileFormat};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -18,6 +18,8 @@ pub struct Settings {
     /// The queue's own settings type, so the section maps one to one onto the client.
     pub rocketmq: order_queue::MqSettings,
     pub auth: AuthSettings,
+    /// Only a secret: a file may well have no `[admin]` table at all.
+    #[serde(default)]
     pub admin: AdminSettings,
     pub tokens: TokenSettings,
     pub rate_limit: RateLimitSettings,
@@ -92,19 +94,44 @@ pub enum AuthMode {
 #[derive(Debug, Clone, Deserialize)]
 pub struct AuthSettings {
     pub mode: AuthMode,
+    /// Checked at start-up in jwt mode (see [`Settings::load`]); unset is empty.
+    #[serde(default = "unset_secret")]
     pub jwt_secret: SecretString,
+    /// The `iss` a buyer's JWT must carry; empty: not checked.
+    #[serde(default)]
+    pub jwt_issuer: String,
+    /// The `aud` a buyer's JWT must carry (one of, when it carries several); empty: not
+    /// checked.
+    #[serde(default)]
+    pub jwt_audience: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct AdminSettings {
+    /// Unset is empty, refused at start-up outside local mode.
+    #[serde(default = "unset_secret")]
     pub token: SecretString,
+}
+
+impl Default for AdminSettings {
+    fn default() -> Self {
+        Self {
+            token: unset_secret(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct TokenSettings {
     pub current_key_id: String,
     pub ttl_secs: u64,
+    /// From one configuration layer only: see [`Settings::load`].
+    #[serde(default)]
     pub keys: BTreeMap<String, SecretString>,
+}
+
+fn unset_secret() -> SecretString {
+    SecretString::from("")
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -124,31 +151,81 @@ pub struct TelemetrySettings {
     pub log_filter: String,
 }
 
+/// The `SECKILL_ENV` of local runs: `config/local.toml` holds their public development
+/// secrets, and only in this mode are such secrets accepted.
+pub const LOCAL_ENV: &str = "local";
+
+/// Shortest secret accepted outside local mode: 256 bits, the size of an HS256 / HMAC-SHA256
+/// key, so a secret is never the weak link of what it signs.
+pub const MIN_SECRET_BYTES: usize = 32;
+
+/// The secrets of `config/local.toml` (and of `default.toml` before them) and the
+/// placeholders of the Secret template: public, so never accepted outside local mode,
+/// whatever their length.
+const SHIPPED_SECRETS: &[&str] = &[
+    "dev-admin-token",
+    "dev-jwt-secret-change-me",
+    "dev-token-key-change-me",
+    "CHANGE-ME",
+    "CHANGE-ME-at-least-16-bytes",
+    "CHANGE-ME-32-or-more-random-bytes",
+];
+
 impl Settings {
     /// Reads `$SECKILL_CONFIG_DIR` (default `config/`): `default.toml`, then
     /// `<SECKILL_ENV>.toml` when that variable is set, then `SECKILL_*` variables.
+    ///
+    /// `tokens.keys` comes from the highest of those layers that defines any key, alone:
+    /// maps would otherwise merge across layers, and a key dropped from the environment (a
+    /// rotation) would live on from a file. Outside local mode (`SECKILL_ENV=local`) every
+    /// secret in use must be set, at least [`MIN_SECRET_BYTES`] long and none this
+    /// repository ships; otherwise this is an error naming the setting.
     pub fn load() -> Result<Self, config::ConfigError> {
         let dir = std::env::var_os("SECKILL_CONFIG_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("config"));
-        let mut builder = Config::builder().add_source(File::from(dir.join("default.toml")));
-        if let Ok(env) = std::env::var("SECKILL_ENV") {
-            builder = builder.add_source(File::from(dir.join(format!("{env}.toml"))));
+        let env = std::env::var("SECKILL_ENV")
+            .ok()
+            .filter(|env| !env.is_empty());
+        let mut layers: Vec<Layer> = vec![Box::new(File::from(dir.join("default.toml")))];
+        if let Some(env) = &env {
+            layers.push(Box::new(File::from(dir.join(format!("{env}.toml")))));
         }
-        builder = builder.add_source(Self::environment(None));
-        builder.build()?.try_deserialize()
+        layers.push(Box::new(Self::environment(None)));
+        Self::from_layers(layers, env.as_deref() == Some(LOCAL_ENV))
     }
 
-    /// The same layering from strings, so tests need neither files nor the process environment.
+    /// The same rules from strings, so tests need neither files nor the process
+    /// environment: `files` (TOML, lowest first), then `env`, in local mode when `env`
+    /// says `SECKILL_ENV=local`.
     pub fn from_sources(
-        default_toml: &str,
+        files: &[&str],
         env: BTreeMap<String, String>,
     ) -> Result<Self, config::ConfigError> {
-        Config::builder()
-            .add_source(File::from_str(default_toml, FileFormat::Toml))
-            .add_source(Self::environment(Some(env)))
-            .build()?
-            .try_deserialize()
+        let local = env.get("SECKILL_ENV").map(String::as_str) == Some(LOCAL_ENV);
+        let mut layers: Vec<Layer> = files
+            .iter()
+            .map(|toml| Box::new(File::from_str(toml, FileFormat::Toml)) as Layer)
+            .collect();
+        layers.push(Box::new(Self::environment(Some(env))));
+        Self::from_layers(layers, local)
+    }
+
+    fn from_layers(layers: Vec<Layer>, local: bool) -> Result<Self, config::ConfigError> {
+        let mut keys = BTreeMap::new();
+        let mut builder = Config::builder();
+        for layer in layers {
+            if let Some(layer_keys) = token_keys_of(&layer)? {
+                keys = layer_keys;
+            }
+            builder = builder.add_source(vec![layer]);
+        }
+        let mut settings: Self = builder.build()?.try_deserialize()?;
+        settings.tokens.keys = keys;
+        settings
+            .check_secrets(local)
+            .map_err(config::ConfigError::Message)?;
+        Ok(settings)
     }
 
     fn environment(source: Option<BTreeMap<String, String>>) -> Environment {
@@ -161,55 +238,277 @@ impl Settings {
             None => env,
         }
     }
+
+    /// The secrets this deployment relies on, as (setting, variable, value).
+    fn secrets_in_use(&self) -> Vec<(String, String, &SecretString)> {
+        let mut secrets = vec![(
+            "admin.token".to_owned(),
+            "SECKILL_ADMIN__TOKEN".to_owned(),
+            &self.admin.token,
+        )];
+        // In header mode no JWT is ever verified, so its secret guards nothing.
+        if self.auth.mode == AuthMode::Jwt {
+            secrets.push((
+                "auth.jwt_secret".to_owned(),
+                "SECKILL_AUTH__JWT_SECRET".to_owned(),
+                &self.auth.jwt_secret,
+            ));
+        }
+        for (id, key) in &self.tokens.keys {
+            secrets.push((
+                format!("tokens.keys.{id}"),
+                format!("SECKILL_TOKENS__KEYS__{}", id.to_uppercase()),
+                key,
+            ));
+        }
+        secrets
+    }
+
+    fn check_secrets(&self, local: bool) -> Result<(), String> {
+        if !self.tokens.keys.contains_key(&self.tokens.current_key_id) {
+            return Err(format!(
+                "tokens.current_key_id is `{}`, but tokens.keys has no such key \
+                 (set SECKILL_TOKENS__KEYS__{})",
+                self.tokens.current_key_id,
+                self.tokens.current_key_id.to_uppercase()
+            ));
+        }
+        if local {
+            return Ok(());
+        }
+        for (setting, variable, secret) in self.secrets_in_use() {
+            let value = secret.expose_secret();
+            let problem = if value.is_empty() {
+                "is not set"
+            } else if SHIPPED_SECRETS.contains(&value) {
+                "is a development value shipped with seckill, public to anyone"
+            } else if value.len() < MIN_SECRET_BYTES {
+                "is shorter than 32 bytes"
+            } else {
+                continue;
+            };
+            return Err(format!(
+                "{setting} ({variable}) {problem}: outside local mode (SECKILL_ENV={LOCAL_ENV}) \
+                 every secret must be a random value of your own, at least \
+                 {MIN_SECRET_BYTES} bytes long"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One layer of configuration: a file or the environment.
+type Layer = Box<dyn config::Source + Send + Sync>;
+
+/// The token keys one layer defines on its own, if it defines any.
+fn token_keys_of(
+    layer: &Layer,
+) -> Result<Option<BTreeMap<String, SecretString>>, config::ConfigError> {
+    let alone = Config::builder().add_source(vec![layer.clone()]).build()?;
+    match alone.get::<BTreeMap<String, String>>("tokens.keys") {
+        Ok(keys) => Ok(Some(
+            keys.into_iter()
+                .map(|(id, key)| (id, SecretString::from(key)))
+                .collect(),
+        )),
+        Err(config::ConfigError::NotFound(_)) => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use secrecy::ExposeSecret;
 
     const DEFAULT: &str = include_str!("../../../config/default.toml");
+    const LOCAL: &str = include_str!("../../../config/local.toml");
+
+    /// A secret of the right length that this repository does not ship.
+    const OWN_SECRET: &str = "an-operators-own-secret-0123456789";
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn local(pairs: &[(&str, &str)]) -> Result<Settings, config::ConfigError> {
+        let mut env = env(pairs);
+        env.insert("SECKILL_ENV".to_owned(), LOCAL_ENV.to_owned());
+        Settings::from_sources(&[DEFAULT, LOCAL], env)
+    }
+
+    /// A deployment: the image's default.toml and its own secrets in the environment.
+    fn deployed(pairs: &[(&str, &str)]) -> Result<Settings, config::ConfigError> {
+        let mut all = env(&[
+            ("SECKILL_ADMIN__TOKEN", OWN_SECRET),
+            ("SECKILL_TOKENS__KEYS__K1", OWN_SECRET),
+        ]);
+        all.extend(env(pairs));
+        Settings::from_sources(&[DEFAULT], all)
+    }
+
+    fn refusal(result: Result<Settings, config::ConfigError>) -> String {
+        result.expect_err("the settings were accepted").to_string()
+    }
 
     #[test]
-    fn the_shipped_defaults_parse() {
-        let settings = Settings::from_sources(DEFAULT, BTreeMap::new()).unwrap();
+    fn the_shipped_defaults_parse_in_local_mode() {
+        let settings = local(&[]).unwrap();
         assert_eq!(settings.gateway.listen, "127.0.0.1:8080");
         assert_eq!(settings.auth.mode, AuthMode::Header);
         assert_eq!(settings.admin.token.expose_secret(), "dev-admin-token");
+        assert_eq!(settings.auth.jwt_issuer, "");
+        assert_eq!(settings.auth.jwt_audience, "");
     }
 
     #[test]
     fn environment_variables_override_the_file() {
-        let env = BTreeMap::from([
-            (
-                "SECKILL_REDIS__URL".to_owned(),
-                "redis://elsewhere:1".to_owned(),
-            ),
-            ("SECKILL_CONSUMER__BATCH_SIZE".to_owned(), "7".to_owned()),
-            ("SECKILL_AUTH__MODE".to_owned(), "jwt".to_owned()),
-            (
-                "SECKILL_TOKENS__KEYS__K2".to_owned(),
-                "a-second-key-of-16".to_owned(),
-            ),
-        ]);
-        let settings = Settings::from_sources(DEFAULT, env).unwrap();
+        let settings = local(&[
+            ("SECKILL_REDIS__URL", "redis://elsewhere:1"),
+            ("SECKILL_CONSUMER__BATCH_SIZE", "7"),
+            ("SECKILL_AUTH__MODE", "jwt"),
+            ("SECKILL_AUTH__JWT_ISSUER", "https://id.example"),
+        ])
+        .unwrap();
         assert_eq!(settings.redis.url, "redis://elsewhere:1");
         assert_eq!(settings.consumer.batch_size, 7);
         assert_eq!(settings.auth.mode, AuthMode::Jwt);
-        assert_eq!(settings.tokens.keys.len(), 2);
+        assert_eq!(settings.auth.jwt_issuer, "https://id.example");
     }
 
     #[test]
     fn secrets_stay_out_of_debug_output() {
-        let settings = Settings::from_sources(DEFAULT, BTreeMap::new()).unwrap();
+        let settings = local(&[]).unwrap();
         let debug = format!("{settings:?}");
         assert!(!debug.contains("dev-admin-token"));
+        assert!(!debug.contains("dev-token-key-change-me"));
         assert!(!debug.contains("seckill:seckill@"));
     }
 
     #[test]
     fn a_bad_value_is_an_error_not_a_default() {
-        let env = BTreeMap::from([("SECKILL_AUTH__MODE".to_owned(), "magic".to_owned())]);
-        assert!(Settings::from_sources(DEFAULT, env).is_err());
+        assert!(local(&[("SECKILL_AUTH__MODE", "magic")]).is_err());
+    }
+
+    #[test]
+    fn a_deployment_with_its_own_secrets_starts() {
+        let settings = deployed(&[]).unwrap();
+        assert_eq!(settings.admin.token.expose_secret(), OWN_SECRET);
+        assert_eq!(
+            settings.tokens.keys.keys().collect::<Vec<_>>(),
+            vec!["k1"],
+            "the key the environment set, nothing else"
+        );
+    }
+
+    #[test]
+    fn a_key_dropped_from_the_environment_is_gone_though_a_file_defines_it() {
+        // The rotation: the Secret now holds k2 alone; local.toml (a lower layer) still has
+        // k1, the public development key, which must not verify anything any more.
+        let settings = local(&[
+            ("SECKILL_TOKENS__KEYS__K2", OWN_SECRET),
+            ("SECKILL_TOKENS__CURRENT_KEY_ID", "k2"),
+        ])
+        .unwrap();
+        assert_eq!(settings.tokens.keys.keys().collect::<Vec<_>>(), vec!["k2"]);
+    }
+
+    #[test]
+    fn the_files_keys_hold_while_the_environment_defines_none() {
+        let settings = local(&[]).unwrap();
+        assert_eq!(settings.tokens.keys.keys().collect::<Vec<_>>(), vec!["k1"]);
+    }
+
+    #[test]
+    fn of_two_files_the_higher_ones_keys_replace_the_lower_ones() {
+        let upper = "[tokens]\nkeys = { k2 = \"another-local-key-of-16\" }\n";
+        let settings = Settings::from_sources(
+            &[DEFAULT, LOCAL, upper],
+            env(&[
+                ("SECKILL_ENV", LOCAL_ENV),
+                ("SECKILL_TOKENS__CURRENT_KEY_ID", "k2"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(settings.tokens.keys.keys().collect::<Vec<_>>(), vec!["k2"]);
+    }
+
+    #[test]
+    fn a_current_key_that_no_layer_defines_is_refused_in_every_mode() {
+        let message = refusal(local(&[("SECKILL_TOKENS__CURRENT_KEY_ID", "k9")]));
+        assert!(message.contains("tokens.current_key_id"), "{message}");
+        let message = refusal(deployed(&[("SECKILL_TOKENS__CURRENT_KEY_ID", "k9")]));
+        assert!(message.contains("SECKILL_TOKENS__KEYS__K9"), "{message}");
+    }
+
+    #[test]
+    fn outside_local_mode_the_development_secrets_are_refused() {
+        // local.toml's secrets, read without SECKILL_ENV=local: what an image that carried
+        // the file, or a Secret filled in from it, would run on.
+        let message = refusal(Settings::from_sources(&[DEFAULT, LOCAL], BTreeMap::new()));
+        assert!(
+            message.contains("admin.token (SECKILL_ADMIN__TOKEN)"),
+            "{message}"
+        );
+        assert!(message.contains("development value"), "{message}");
+
+        let message = refusal(deployed(&[(
+            "SECKILL_TOKENS__KEYS__K1",
+            "dev-token-key-change-me",
+        )]));
+        assert!(message.contains("tokens.keys.k1"), "{message}");
+    }
+
+    #[test]
+    fn outside_local_mode_a_missing_secret_is_refused_not_defaulted() {
+        let message = refusal(Settings::from_sources(
+            &[DEFAULT],
+            env(&[("SECKILL_TOKENS__KEYS__K1", OWN_SECRET)]),
+        ));
+        assert!(message.contains("admin.token"), "{message}");
+        assert!(message.contains("is not set"), "{message}");
+
+        let message = refusal(Settings::from_sources(
+            &[DEFAULT],
+            env(&[("SECKILL_ADMIN__TOKEN", OWN_SECRET)]),
+        ));
+        assert!(message.contains("tokens.current_key_id"), "{message}");
+    }
+
+    #[test]
+    fn outside_local_mode_a_secret_under_32_bytes_is_refused() {
+        let short = "x".repeat(MIN_SECRET_BYTES - 1);
+        let message = refusal(deployed(&[("SECKILL_ADMIN__TOKEN", &short)]));
+        assert!(message.contains("shorter than 32 bytes"), "{message}");
+        let exact = "x".repeat(MIN_SECRET_BYTES);
+        assert!(deployed(&[("SECKILL_ADMIN__TOKEN", &exact)]).is_ok());
+    }
+
+    #[test]
+    fn the_jwt_secret_is_required_in_jwt_mode_only() {
+        assert!(deployed(&[]).is_ok(), "header mode verifies no JWT");
+        let message = refusal(deployed(&[("SECKILL_AUTH__MODE", "jwt")]));
+        assert!(message.contains("auth.jwt_secret"), "{message}");
+        assert!(
+            deployed(&[
+                ("SECKILL_AUTH__MODE", "jwt"),
+                ("SECKILL_AUTH__JWT_SECRET", OWN_SECRET)
+            ])
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn every_secret_of_local_toml_is_known_as_a_development_value() {
+        let settings = local(&[]).unwrap();
+        for secret in [
+            &settings.admin.token,
+            &settings.auth.jwt_secret,
+            &settings.tokens.keys["k1"],
+        ] {
+            assert!(SHIPPED_SECRETS.contains(&secret.expose_secret()));
+        }
     }
 }

@@ -13,6 +13,8 @@ use crate::mysql::TestDb;
 use crate::redis::TestRedis;
 
 const DEFAULT_CONFIG: &str = include_str!("../../../config/default.toml");
+/// The development secrets: tests run in local mode, as every local run does.
+const LOCAL_CONFIG: &str = include_str!("../../../config/local.toml");
 const DEFAULT_NAMESRV: &str = "127.0.0.1:19876";
 
 /// Where the shared servers a [`TestStack`] takes its pieces from are.
@@ -82,10 +84,12 @@ impl TestStack {
     }
 
     /// `SECKILL_*` variables that point a service at this stack, with every listener on
-    /// port 0 (in-process services report the port they got) and quick test timings.
+    /// port 0 (in-process services report the port they got) and quick test timings, in
+    /// local mode (`config/local.toml`'s development secrets).
     pub fn env(&self) -> BTreeMap<String, String> {
         let namesrv = self.namesrv.clone();
         let pairs = [
+            ("SECKILL_ENV", platform::settings::LOCAL_ENV.to_owned()),
             ("SECKILL_MYSQL__URL", self.db.url().to_owned()),
             ("SECKILL_MYSQL__POOL_SIZE", "4".to_owned()),
             ("SECKILL_REDIS__URL", self.redis.url().to_owned()),
@@ -111,8 +115,8 @@ impl TestStack {
         pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
     }
 
-    /// Settings for an in-process service: the shipped defaults, this stack, then `extra`
-    /// (`("SECKILL_SECTION__KEY", value)` pairs) on top.
+    /// Settings for an in-process service: the shipped defaults and local secrets, this
+    /// stack, then `extra` (`("SECKILL_SECTION__KEY", value)` pairs) on top.
     pub fn settings(&self, extra: &[(&str, &str)]) -> Settings {
         let mut env = self.env();
         env.extend(
@@ -120,7 +124,8 @@ impl TestStack {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
         );
-        Settings::from_sources(DEFAULT_CONFIG, env).expect("test settings are valid")
+        Settings::from_sources(&[DEFAULT_CONFIG, LOCAL_CONFIG], env)
+            .expect("test settings are valid")
     }
 
     /// A product open for sale now, with the same stock defined in MySQL and loaded in
