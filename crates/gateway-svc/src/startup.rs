@@ -70,6 +70,7 @@ struct SharedState {
     token_ttl: Duration,
     backlog: Arc<OrderBacklog>,
     reload_drain: Duration,
+    lease_holder: Arc<str>,
 }
 
 impl SharedState {
@@ -91,6 +92,7 @@ impl SharedState {
             token_ttl: self.token_ttl,
             backlog: self.backlog.clone(),
             reload_drain: self.reload_drain,
+            lease_holder: self.lease_holder.clone(),
         }
     }
 }
@@ -158,6 +160,7 @@ impl Application {
             token_ttl: Duration::from_secs(settings.tokens.ttl_secs),
             backlog,
             reload_drain: Duration::from_secs(settings.gateway.reload_drain_secs),
+            lease_holder: platform::instance::holder_id("gateway").into(),
         };
         let openapi = web::Data::new(Document::new(settings.auth.mode));
         let identity = web::Data::new(IdentityConfig::new(

@@ -7,11 +7,13 @@
 //! - [`http`]: the actix-web middleware that gives every request a span and its metrics.
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token every task can watch.
 //! - [`ops`]: `/healthz`, `/readyz` and `/metrics`, for mounting or as a small server.
+//! - [`instance`]: a process's holder id for the leases it takes.
 //! - [`runtime`]: a side runtime for the work the RocketMQ client hands over on its threads.
 
 pub mod auth;
 pub mod faults;
 pub mod http;
+pub mod instance;
 pub mod ops;
 pub mod runtime;
 pub mod settings;

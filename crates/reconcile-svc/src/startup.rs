@@ -73,11 +73,7 @@ impl Application {
                 .await
                 .context("cannot start the producer")?,
         );
-        let holder = format!(
-            "{}-{}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into()),
-            std::process::id()
-        );
+        let holder = platform::instance::holder_id("reconcile");
         let auditor = Arc::new(Auditor {
             db,
             cache,

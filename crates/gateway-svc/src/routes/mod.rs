@@ -42,6 +42,9 @@ pub struct AppState {
     /// Asked by a reload: the order messages not yet written to MySQL.
     pub backlog: Arc<OrderBacklog>,
     pub reload_drain: Duration,
+    /// This gateway's name on the leases it takes (`platform::instance`): unique to the
+    /// application, whatever its PID.
+    pub lease_holder: Arc<str>,
 }
 
 /// The `{product_id}` of the product routes, as the OpenAPI document describes it. The

@@ -13,7 +13,8 @@
 //! 3. loads meta and stock last, stock = MySQL's `product_stock`, so Redis stock + Σ flows =
 //!    initial again, and the product is on sale.
 //!
-//! One reload per product at a time, under a MySQL lease.
+//! One reload per product at a time, under a MySQL lease held in the gateway's own name
+//! (host, PID and a random part: replicas in containers all have PID 1).
 
 use actix_web::{HttpResponse, web};
 use domain::ProductId;
@@ -100,10 +101,10 @@ pub async fn reload_product(
         return Err(ApiError::ProductLoaded);
     }
     let lease = format!("reload:{product}");
-    let holder = format!("gateway:{}", std::process::id());
+    let holder = &*state.lease_holder;
     if !state
         .db
-        .try_lease(&lease, &holder, LEASE_TTL)
+        .try_lease(&lease, holder, LEASE_TTL)
         .await
         .map_err(mysql)?
     {
@@ -113,7 +114,7 @@ pub async fn reload_product(
         });
     }
     let rebuilt = rebuild(&state, product, &row).await;
-    if let Err(error) = state.db.release_lease(&lease, &holder).await {
+    if let Err(error) = state.db.release_lease(&lease, holder).await {
         tracing::warn!(product_id = %product, error = ?error, "Cannot release the reload lease; it expires by itself.");
     }
     Ok(HttpResponse::Ok().json(rebuilt?))

@@ -60,6 +60,20 @@ impl Db {
         Ok(current.as_deref() == Some(holder))
     }
 
+    /// Who holds the lease `name` now, if anyone does (an expired lease is nobody's).
+    pub async fn lease_holder(&self, name: &str) -> Result<Option<String>> {
+        let mut conn = self.conn().await?;
+        Ok(lease::table
+            .find(name)
+            .filter(diesel::dsl::sql::<diesel::sql_types::Bool>(
+                "expires_at > NOW(3)",
+            ))
+            .select(lease::holder)
+            .first::<String>(&mut conn)
+            .await
+            .optional()?)
+    }
+
     /// Gives the lease up if `holder` has it; true when it did.
     pub async fn release_lease(&self, name: &str, holder: &str) -> Result<bool> {
         let mut conn = self.conn().await?;
