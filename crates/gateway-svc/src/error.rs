@@ -54,6 +54,10 @@ pub enum ApiError {
     SoldOut,
     #[error("the product has orders; send \"force\": true to restock it")]
     OrdersExist,
+    #[error(
+        "{sold} units of the sale are sold already, more than the {wanted} asked for in all; nothing changed"
+    )]
+    StockBelowSold { sold: i64, wanted: i64 },
     #[error("the product is loaded in Redis; a reload only rebuilds a product Redis lost")]
     ProductLoaded,
     #[error(
@@ -106,7 +110,7 @@ impl ApiError {
 
     /// One error of each kind. The OpenAPI document builds every error response from this
     /// list, so that each status names exactly the codes that map to it.
-    pub fn every_kind() -> [ApiError; 16] {
+    pub fn every_kind() -> [ApiError; 17] {
         let every = [
             Self::BadRequest(String::new()),
             Self::PayloadTooLarge(String::new()),
@@ -119,6 +123,7 @@ impl ApiError {
             Self::LimitExceeded,
             Self::SoldOut,
             Self::OrdersExist,
+            Self::StockBelowSold { sold: 0, wanted: 0 },
             Self::ProductLoaded,
             Self::OrdersInFlight(0),
             Self::MethodNotAllowed(String::new()),
@@ -144,6 +149,7 @@ impl ApiError {
                 | Self::LimitExceeded
                 | Self::SoldOut
                 | Self::OrdersExist
+                | Self::StockBelowSold { .. }
                 | Self::ProductLoaded
                 | Self::OrdersInFlight(_)
                 | Self::MethodNotAllowed(_)
@@ -167,6 +173,7 @@ impl ApiError {
             Self::LimitExceeded => "LIMIT_EXCEEDED",
             Self::SoldOut => "SOLD_OUT",
             Self::OrdersExist => "ORDERS_EXIST",
+            Self::StockBelowSold { .. } => "STOCK_BELOW_SOLD",
             Self::ProductLoaded => "PRODUCT_LOADED",
             Self::OrdersInFlight(_) => "ORDERS_IN_FLIGHT",
             Self::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
@@ -189,6 +196,7 @@ impl ResponseError for ApiError {
             | Self::LimitExceeded
             | Self::SoldOut
             | Self::OrdersExist
+            | Self::StockBelowSold { .. }
             | Self::ProductLoaded
             | Self::OrdersInFlight(_) => StatusCode::CONFLICT,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,

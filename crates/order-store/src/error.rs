@@ -39,6 +39,14 @@ pub enum StoreError {
     OrdersExist { product_id: ProductId, orders: i64 },
     #[error("product {product_id} has fewer than the {wanted} units asked for")]
     InsufficientStock { product_id: ProductId, wanted: i64 },
+    #[error(
+        "product {product_id} has sold {sold} units already, more than the {wanted} asked for in all"
+    )]
+    StockBelowSold {
+        product_id: ProductId,
+        sold: i64,
+        wanted: i64,
+    },
     #[error("product {0} has no stock row")]
     UnknownProduct(ProductId),
     #[error("there is no order {0}")]
@@ -67,6 +75,7 @@ impl StoreError {
             | Self::Migration(_)
             | Self::OrdersExist { .. }
             | Self::InsufficientStock { .. }
+            | Self::StockBelowSold { .. }
             | Self::UnknownProduct(_)
             | Self::OrderNotFound(_)
             | Self::InvalidData(_)

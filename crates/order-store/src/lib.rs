@@ -21,6 +21,7 @@ pub mod schema;
 
 pub use db::{Db, split_database_url};
 pub use error::{Result, StoreError};
+pub use repo::PutError;
 pub use migrate::{MIGRATIONS, create_database, migrate};
 pub use models::{
     DiscrepancyRecord, DiscrepancyRow, NewProduct, OrderFacts, OrderPageRow, OrderRow, ProductRow,

@@ -43,7 +43,7 @@ impl StockOp {
 pub struct NewProduct {
     pub id: ProductId,
     pub name: String,
-    /// Units for sale from now on.
+    /// Units the sale has in all, sold or not.
     pub initial_stock: i64,
     pub per_user_limit: u32,
     pub starts_at: Option<DateTime<Utc>>,
@@ -55,15 +55,13 @@ pub struct NewProduct {
 pub enum PutOutcome {
     /// The product was new.
     Created,
-    /// The product existed without orders: its definition and stock were replaced.
-    Replaced,
-    /// The product had orders (and `force` was given): the stock is what was asked for,
-    /// and `initial_stock` now also counts the `ordered_units` already sold, so that
-    /// `stock + ordered = initial` still holds for reconcile.
-    Restocked {
-        initial_stock: i64,
-        ordered_units: i64,
-    },
+    /// The product existed without orders: its definition and stock were replaced;
+    /// `initial_stock` moved by `delta`.
+    Replaced { delta: i64 },
+    /// The product had orders (and `force` was given): `initial_stock` became the units
+    /// asked for, and the stock moved by the same `delta` from what it was, to `stock`, so
+    /// that `stock + ordered = initial` still holds for reconcile.
+    Restocked { delta: i64, stock: i64 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -47,6 +47,15 @@ pub enum CacheError {
     /// operator reloads the product from MySQL.
     #[error("the product is not loaded in Redis")]
     NotLoaded,
+    /// A [`LoadMode::Define`] found reservations: a sale is running, and a new one would
+    /// forget units reserved for orders still on their way. Nothing changed.
+    #[error("the product has reservations; loading a new sale would forget them")]
+    SaleRunning,
+    /// A [`LoadMode::Rebuild`] or [`StockCache::forget_sale_state`] found the product loaded
+    /// again: it is on sale, and rebuilding it would forget what it sold since. Nothing
+    /// changed.
+    #[error("the product is loaded in Redis again; rebuilding it would forget its sales")]
+    AlreadyLoaded,
 }
 
 impl CacheError {
@@ -85,13 +94,59 @@ pub struct ProductMeta {
     pub epoch: i64,
 }
 
-/// How a product is loaded by an admin.
+/// How `load_product.lua` loads a product. A running sale is never loaded over: its stock
+/// only moves by [`StockCache::restock`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoadMode {
-    /// A new sale: flows, buyers and results of any earlier sale are forgotten.
+    /// A new sale, for tools that seed a product: flows, buyers, results and tombstones of
+    /// any earlier sale are forgotten, unconditionally.
     Fresh,
-    /// More stock for the running sale: flows and buyers stay.
-    Restock,
+    /// A new sale defined by an operator: as [`LoadMode::Fresh`], but refused
+    /// ([`CacheError::SaleRunning`]) while any flow exists.
+    Define,
+    /// A product Redis lost, rebuilt from MySQL once its orders' flows are written back:
+    /// they stay. Refused ([`CacheError::AlreadyLoaded`]) once the product has meta again.
+    Rebuild,
+}
+
+impl LoadMode {
+    fn as_arg(self) -> &'static str {
+        match self {
+            Self::Fresh => "fresh",
+            Self::Define => "define",
+            Self::Rebuild => "rebuild",
+        }
+    }
+
+    /// The refusal of a load that answered -1.
+    fn refusal(self) -> CacheError {
+        match self {
+            Self::Fresh => CacheError::UnexpectedReply("load_product fresh -1".into()),
+            Self::Define => CacheError::SaleRunning,
+            Self::Rebuild => CacheError::AlreadyLoaded,
+        }
+    }
+}
+
+/// What an operator sets on a running sale with [`StockCache::restock`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaleTerms {
+    /// Units the sale has in all, sold or not: the new initial stock.
+    pub initial_stock: i64,
+    pub per_user_limit: u32,
+    pub starts_at_ms: i64,
+    pub ends_at_ms: i64,
+}
+
+/// What `restock.lua` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestockOutcome {
+    /// Initial stock and stock both moved by `delta` (negative: units taken off sale);
+    /// `stock` units are on sale now.
+    Restocked { delta: i64, stock: i64 },
+    /// Refused, nothing changed: `sold` units are reserved already, more than the new
+    /// initial stock.
+    BelowSold { sold: i64 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -328,38 +383,75 @@ impl StockCache {
         .await
     }
 
-    /// Runs `lua/load_product.lua`; returns the product's new epoch.
+    /// Runs `lua/load_product.lua`; returns the product's new epoch, or the mode's refusal
+    /// ([`CacheError::SaleRunning`], [`CacheError::AlreadyLoaded`]), which changed nothing.
     pub async fn load_product(
         &self,
         product: ProductId,
         spec: &LoadSpec,
     ) -> Result<i64, CacheError> {
         let keys = self.keys(product);
-        let mode = match spec.mode {
-            LoadMode::Fresh => "fresh",
-            LoadMode::Restock => "restock",
-        };
-        self.timed(async {
-            let mut conn = self.connection().await?;
-            Ok(scripts::invoke(
-                scripts::LOAD_PRODUCT
-                    .key(&keys.meta)
-                    .key(&keys.stock)
-                    .key(&keys.flow)
-                    .key(&keys.users)
-                    .key(&keys.result)
-                    .key(&keys.tomb)
-                    .arg(spec.initial_stock)
-                    .arg(spec.per_user_limit)
-                    .arg(spec.starts_at_ms)
-                    .arg(spec.ends_at_ms)
-                    .arg(spec.sellable_stock)
-                    .arg(mode),
-                &mut conn,
-            )
-            .await?)
-        })
-        .await
+        let epoch: i64 = self
+            .timed(async {
+                let mut conn = self.connection().await?;
+                Ok(scripts::invoke(
+                    scripts::LOAD_PRODUCT
+                        .key(&keys.meta)
+                        .key(&keys.stock)
+                        .key(&keys.flow)
+                        .key(&keys.users)
+                        .key(&keys.result)
+                        .key(&keys.tomb)
+                        .arg(spec.initial_stock)
+                        .arg(spec.per_user_limit)
+                        .arg(spec.starts_at_ms)
+                        .arg(spec.ends_at_ms)
+                        .arg(spec.sellable_stock)
+                        .arg(spec.mode.as_arg()),
+                    &mut conn,
+                )
+                .await?)
+            })
+            .await?;
+        if epoch < 0 {
+            return Err(spec.mode.refusal());
+        }
+        Ok(epoch)
+    }
+
+    /// Runs `lua/restock.lua`: the running sale's initial stock becomes
+    /// `terms.initial_stock` and its stock moves by the same amount from what it is at that
+    /// instant, with the other terms set alongside, in one step. Refused
+    /// ([`RestockOutcome::BelowSold`]) when more units are reserved than the new initial
+    /// stock; [`CacheError::NotLoaded`] when Redis lost the product.
+    pub async fn restock(
+        &self,
+        product: ProductId,
+        terms: &SaleTerms,
+    ) -> Result<RestockOutcome, CacheError> {
+        let keys = self.keys(product);
+        let (code, a, b): (i64, i64, i64) = self
+            .timed(async {
+                let mut conn = self.connection().await?;
+                Ok(scripts::invoke(
+                    scripts::RESTOCK
+                        .key(&keys.meta)
+                        .key(&keys.stock)
+                        .arg(terms.initial_stock)
+                        .arg(terms.per_user_limit)
+                        .arg(terms.starts_at_ms)
+                        .arg(terms.ends_at_ms),
+                    &mut conn,
+                )
+                .await?)
+            })
+            .await?;
+        match code {
+            1 => Ok(RestockOutcome::Restocked { delta: a, stock: b }),
+            -7 => Ok(RestockOutcome::BelowSold { sold: a }),
+            -4 => Err(CacheError::NotLoaded),
+            other => Err(CacheError::UnexpectedReply(format!("restock {other}"))),
+        }
     }
 
     /// Records that the orders are in MySQL, for status polling. One round trip per batch.
@@ -382,21 +474,30 @@ impl StockCache {
     }
 
     /// The first step of rebuilding a product that Redis lost (see [`Self::restore_orders`]):
-    /// forgets whatever is left of its flows, buyers and results. Tombstones stay: a token
-    /// released or rolled back must never reserve again.
+    /// forgets whatever is left of its flows, buyers and results (`lua/forget_sale.lua`).
+    /// Tombstones stay: a token released or rolled back must never reserve again. Refused
+    /// ([`CacheError::AlreadyLoaded`]) once the product has meta again: it is on sale, and
+    /// its flows are live.
     pub async fn forget_sale_state(&self, product: ProductId) -> Result<(), CacheError> {
         let keys = self.keys(product);
-        self.timed(async {
-            let mut conn = self.connection().await?;
-            let () = redis::cmd("DEL")
-                .arg(&keys.flow)
-                .arg(&keys.users)
-                .arg(&keys.result)
-                .query_async(&mut conn)
-                .await?;
-            Ok(())
-        })
-        .await
+        let forgotten: i64 = self
+            .timed(async {
+                let mut conn = self.connection().await?;
+                Ok(scripts::invoke(
+                    scripts::FORGET_SALE
+                        .key(&keys.meta)
+                        .key(&keys.flow)
+                        .key(&keys.users)
+                        .key(&keys.result),
+                    &mut conn,
+                )
+                .await?)
+            })
+            .await?;
+        match forgotten {
+            1 => Ok(()),
+            _ => Err(CacheError::AlreadyLoaded),
+        }
     }
 
     /// Writes back, for orders MySQL holds, what the purchase path had written for them: a

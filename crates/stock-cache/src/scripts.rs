@@ -26,6 +26,10 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 });
 pub(crate) static LOAD_PRODUCT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/load_product.lua")));
+pub(crate) static RESTOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/restock.lua")));
+pub(crate) static FORGET_SALE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/forget_sale.lua")));
 
 /// `Script` retries only once after loading; a script cache emptied again between its
 /// SCRIPT LOAD and that retry (a flush, restart or fail-over in the window) would fail the

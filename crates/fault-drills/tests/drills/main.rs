@@ -12,3 +12,4 @@ mod helpers;
 mod mysql_outage;
 mod redis_loss;
 mod redis_stall;
+mod restock;

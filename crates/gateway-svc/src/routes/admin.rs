@@ -2,9 +2,10 @@
 
 use actix_web::{HttpResponse, web};
 use chrono::{DateTime, Datelike, Utc};
-use order_store::{NewProduct, PutOutcome, StoreError};
+use domain::ProductId;
+use order_store::{NewProduct, PutError, PutOutcome, StoreError};
 use serde::{Deserialize, Serialize};
-use stock_cache::{LoadMode, LoadSpec};
+use stock_cache::{CacheError, LoadMode, LoadSpec, RestockOutcome, SaleTerms, StockCache};
 use utoipa::ToSchema;
 
 use crate::error::ApiError;
@@ -31,7 +32,8 @@ pub struct PutProduct {
         pattern = r"[^\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
     )]
     name: String,
-    /// Units on sale from now on.
+    /// Units the sale has in all, sold or not (its initial stock). A restock of a running
+    /// sale moves what is on sale by the difference to the last value.
     #[schema(minimum = 0, maximum = 1_000_000_000)]
     #[serde(deserialize_with = "whole_number")]
     stock: i64,
@@ -44,8 +46,10 @@ pub struct PutProduct {
     /// Closing time (RFC 3339, years 1000 to 9999 in UTC), after `starts_at`; absent or
     /// null: never closes.
     ends_at: Option<DateTime<Utc>>,
-    /// Restock a sale that has reserved units or orders: `stock` more units, everything
-    /// reserved stays sold. Without it such a put is refused (409 `ORDERS_EXIST`).
+    /// Restock a sale that has reserved units or orders: its initial stock becomes `stock`,
+    /// and what is on sale moves by the same amount in one step, everything reserved staying
+    /// sold; fewer units than are sold already is refused (409 `STOCK_BELOW_SOLD`). Without
+    /// it such a put is refused (409 `ORDERS_EXIST`).
     #[serde(default)]
     force: bool,
 }
@@ -102,9 +106,11 @@ pub struct ProductView {
 
 /// Define a sale (or restock one).
 ///
-/// Writes MySQL, then loads Redis from what was written. 409 `ORDERS_EXIST` when the product
-/// has reserved units or orders and `force` is not set; 503 when MySQL or Redis cannot be
-/// reached.
+/// Writes MySQL and loads Redis in one step: MySQL's transaction commits only once Redis
+/// took the change. 409 `ORDERS_EXIST` when the product has reserved units or orders and
+/// `force` is not set; 409 `STOCK_BELOW_SOLD` when `force` asks for fewer units in all
+/// than are sold already; 503 when MySQL or Redis cannot be reached, or when a restock
+/// finds the product lost by Redis (reload it first).
 #[utoipa::path(
     put,
     path = "/admin/v1/products/{product_id}",
@@ -145,85 +151,233 @@ pub async fn put_product(
 ) -> Result<HttpResponse, ApiError> {
     let product = product_id(&path)?;
     body.validate()?;
-    let mysql = |e| ApiError::unavailable("MySQL cannot be reached", e);
-
-    // Units Redis has reserved (Σ flows = initial − stock). Any at all means a sale is
-    // running: a fresh load would forget flows whose orders are still on their way.
-    let reserved = reserved_units(&state, product).await?;
-    if reserved > 0 && !body.force {
-        return Err(ApiError::OrdersExist);
-    }
-    // `force` restocks: `stock` more units from now on, and everything reserved stays
-    // sold. Reserved units not yet ordered will still deduct MySQL stock when their order
-    // arrives, so MySQL gets them on top.
-    let ordered = state.db.ordered_units(product).await.map_err(mysql)?;
-    let in_flight = (reserved - ordered).max(0);
     let definition = NewProduct {
         id: product,
         name: body.name.trim().to_owned(),
-        initial_stock: body.stock + in_flight,
+        initial_stock: body.stock,
         per_user_limit: body.per_user_limit,
         starts_at: body.starts_at,
         ends_at: body.ends_at,
     };
-    // MySQL is the truth: write it first, then load Redis from what was written.
-    let outcome = state
-        .db
-        .put_product(&definition, body.force)
-        .await
-        .map_err(|error| match error {
-            StoreError::OrdersExist { .. } => ApiError::OrdersExist,
-            // Input the store cannot hold (validate() should have caught it): the client's
-            // fault, not an unreachable MySQL.
-            StoreError::InvalidData(message) => ApiError::BadRequest(message),
-            other => mysql(other),
-        })?;
-    let initial_stock = match outcome {
-        PutOutcome::Restocked { initial_stock, .. } => initial_stock,
-        PutOutcome::Created | PutOutcome::Replaced => definition.initial_stock,
-    };
-    let mode = if reserved > 0 || matches!(outcome, PutOutcome::Restocked { .. }) {
-        LoadMode::Restock
-    } else {
-        LoadMode::Fresh
-    };
-    let spec = LoadSpec {
-        initial_stock,
+    let terms = SaleTerms {
+        initial_stock: body.stock,
         per_user_limit: body.per_user_limit,
         starts_at_ms: body.starts_at.map_or(0, |t| t.timestamp_millis()),
         ends_at_ms: body.ends_at.map_or(0, |t| t.timestamp_millis()),
-        sellable_stock: body.stock,
-        mode,
     };
-    state
-        .cache
-        .load_product(product, &spec)
-        .await
-        .map_err(|e| ApiError::unavailable("Redis cannot be reached", e))?;
+    let (cache, force) = (&state.cache, body.force);
+    let put = state
+        .db
+        .put_product_and(&definition, force, |mysql| {
+            load_into_redis(cache, product, terms, force, mysql)
+        })
+        .await;
+    let loaded = match put {
+        Ok((_, Loaded::Known(loaded))) => loaded,
+        Ok((_, Loaded::FateUnknown(cause))) => {
+            return Err(ApiError::unavailable(
+                "Redis did not answer, so the PUT may be half applied; send it again",
+                cause,
+            ));
+        }
+        Err(error) => return Err(put_failed(&state, product, &terms, error).await),
+    };
     state.sold_out.clear(product);
-    platform::ops::record_stock(product.get(), "redis", body.stock);
-    tracing::info!(product_id = %product, initial_stock, stock = body.stock, ?mode, "Product loaded for sale.");
+    platform::ops::record_stock(product.get(), "redis", loaded.stock());
+    tracing::info!(product_id = %product, initial_stock = body.stock, ?loaded, "Product loaded for sale.");
 
     Ok(HttpResponse::Ok().json(ProductView {
         product_id: product.get(),
         name: definition.name,
-        initial_stock,
-        stock: body.stock,
+        initial_stock: body.stock,
+        stock: loaded.stock(),
         per_user_limit: body.per_user_limit,
-        starts_at: rfc3339_ms(spec.starts_at_ms),
-        ends_at: rfc3339_ms(spec.ends_at_ms),
+        starts_at: rfc3339_ms(terms.starts_at_ms),
+        ends_at: rfc3339_ms(terms.ends_at_ms),
     }))
 }
 
-/// Σ flows, as Redis' `initial − stock`; 0 when the product is not loaded.
-async fn reserved_units(state: &AppState, product: domain::ProductId) -> Result<i64, ApiError> {
-    let redis = |e| ApiError::unavailable("Redis cannot be reached", e);
-    let meta = state.cache.meta(product).await.map_err(redis)?;
-    let stock = state.cache.stock(product).await.map_err(redis)?;
-    Ok(match (meta, stock) {
-        (Some(meta), Some(stock)) => (meta.initial_stock - stock).max(0),
-        _ => 0,
-    })
+/// What Redis did for a PUT.
+#[derive(Debug, Clone, Copy)]
+enum RedisChange {
+    /// A new sale, `stock` units on sale.
+    Defined { stock: i64 },
+    /// The running sale restocked: its initial stock and stock moved by `delta`.
+    Restocked { delta: i64, stock: i64 },
+}
+
+impl RedisChange {
+    fn stock(self) -> i64 {
+        match self {
+            Self::Defined { stock } | Self::Restocked { stock, .. } => stock,
+        }
+    }
+}
+
+/// The answer of the load MySQL commits after.
+enum Loaded {
+    Known(RedisChange),
+    /// The script was sent and no answer came: it may have run. MySQL commits when that
+    /// is the safe side (see [`load_into_redis`]), and the operator sends the PUT again.
+    FateUnknown(stock_cache::CacheError),
+}
+
+/// The Redis half of a PUT, run while MySQL holds the product's rows; an error rolls
+/// MySQL back. With `force`, the running sale is restocked in one step (`restock.lua`);
+/// otherwise, or when Redis has no sale of a product MySQL has no orders of, a new sale
+/// is loaded, unless Redis has reservations MySQL cannot see yet.
+///
+/// When Redis may or may not have run the script (no answer in time), the two stores
+/// must still never let Redis sell a unit MySQL lacks: a PUT that gives MySQL as many
+/// units or more commits it (Redis then has the old or the new count, both no more than
+/// MySQL's), one that takes units away rolls MySQL back (its old count is no less than
+/// either of Redis's). A second PUT with the same body brings both to the same count.
+async fn load_into_redis(
+    cache: &StockCache,
+    product: ProductId,
+    terms: SaleTerms,
+    force: bool,
+    mysql: PutOutcome,
+) -> Result<Loaded, ApiError> {
+    let answer = if force {
+        restock_or_define(cache, product, terms, mysql).await
+    } else {
+        define(cache, product, terms).await
+    };
+    match answer {
+        Ok(change) => Ok(Loaded::Known(change)),
+        Err(Failed::Refused(refusal)) => Err(refusal),
+        Err(Failed::Redis(error)) if fate_unknown(&error) && mysql_delta(mysql, terms) >= 0 => {
+            Ok(Loaded::FateUnknown(error))
+        }
+        Err(Failed::Redis(error)) => Err(redis(error)),
+    }
+}
+
+/// Why the Redis half failed.
+enum Failed {
+    /// The sale's state refuses the PUT; nothing changed.
+    Refused(ApiError),
+    Redis(stock_cache::CacheError),
+}
+
+async fn restock_or_define(
+    cache: &StockCache,
+    product: ProductId,
+    terms: SaleTerms,
+    mysql: PutOutcome,
+) -> Result<RedisChange, Failed> {
+    match cache.restock(product, &terms).await {
+        Ok(RestockOutcome::Restocked { delta, stock }) => {
+            Ok(RedisChange::Restocked { delta, stock })
+        }
+        Ok(RestockOutcome::BelowSold { sold }) => Err(Failed::Refused(ApiError::StockBelowSold {
+            sold,
+            wanted: terms.initial_stock,
+        })),
+        // MySQL has orders Redis lost: only a reload rebuilds their flows.
+        Err(CacheError::NotLoaded) if matches!(mysql, PutOutcome::Restocked { .. }) => {
+            Err(Failed::Refused(ApiError::Unavailable {
+                message: "the product is not loaded in Redis; reload it before restocking",
+                cause: None,
+            }))
+        }
+        Err(CacheError::NotLoaded) => define(cache, product, terms).await,
+        Err(error) => Err(Failed::Redis(error)),
+    }
+}
+
+async fn define(
+    cache: &StockCache,
+    product: ProductId,
+    terms: SaleTerms,
+) -> Result<RedisChange, Failed> {
+    let spec = LoadSpec {
+        initial_stock: terms.initial_stock,
+        per_user_limit: terms.per_user_limit,
+        starts_at_ms: terms.starts_at_ms,
+        ends_at_ms: terms.ends_at_ms,
+        sellable_stock: terms.initial_stock,
+        mode: LoadMode::Define,
+    };
+    match cache.load_product(product, &spec).await {
+        Ok(_) => Ok(RedisChange::Defined {
+            stock: terms.initial_stock,
+        }),
+        // Reservations whose orders MySQL does not have yet: a sale is running.
+        Err(CacheError::SaleRunning) => Err(Failed::Refused(ApiError::OrdersExist)),
+        Err(error) => Err(Failed::Redis(error)),
+    }
+}
+
+/// A call that timed out or lost its connection may have run in Redis.
+fn fate_unknown(error: &CacheError) -> bool {
+    matches!(error, CacheError::Timeout(_)) || error.may_have_run()
+}
+
+/// How many units MySQL's side of the PUT adds to the sale (negative: takes away).
+fn mysql_delta(mysql: PutOutcome, terms: SaleTerms) -> i64 {
+    match mysql {
+        PutOutcome::Created => terms.initial_stock,
+        PutOutcome::Replaced { delta } | PutOutcome::Restocked { delta, .. } => delta,
+    }
+}
+
+/// The answer to a PUT that did not commit. When Redis took units MySQL then failed to
+/// commit, they are taken back off sale first, so that Redis never sells more than MySQL
+/// may hold; the operator sends the PUT again either way.
+async fn put_failed(
+    state: &AppState,
+    product: ProductId,
+    terms: &SaleTerms,
+    error: PutError<Loaded, ApiError>,
+) -> ApiError {
+    match error {
+        PutError::Store(StoreError::OrdersExist { .. }) => ApiError::OrdersExist,
+        PutError::Store(StoreError::StockBelowSold { sold, wanted, .. }) => {
+            ApiError::StockBelowSold { sold, wanted }
+        }
+        // Input the store cannot hold (validate() should have caught it): the client's
+        // fault, not an unreachable MySQL.
+        PutError::Store(StoreError::InvalidData(message)) => ApiError::BadRequest(message),
+        PutError::Store(error) => mysql(error),
+        PutError::Load(refusal) => refusal,
+        PutError::Commit { loaded, error } => {
+            if let Loaded::Known(RedisChange::Restocked { delta, .. }) = loaded
+                && delta > 0
+            {
+                take_back_off_sale(state, product, terms, delta).await;
+            }
+            ApiError::unavailable(
+                "MySQL did not commit the change Redis took; send the PUT again",
+                error,
+            )
+        }
+    }
+}
+
+/// Restocks Redis back by `delta` units after MySQL failed to commit them.
+async fn take_back_off_sale(state: &AppState, product: ProductId, terms: &SaleTerms, delta: i64) {
+    let before = SaleTerms {
+        initial_stock: terms.initial_stock - delta,
+        ..*terms
+    };
+    match state.cache.restock(product, &before).await {
+        Ok(RestockOutcome::Restocked { .. }) => {
+            tracing::warn!(product_id = %product, delta, "MySQL did not commit a restock; Redis took it back.");
+        }
+        outcome => {
+            tracing::error!(product_id = %product, delta, ?outcome, "MySQL did not commit a restock and Redis could not take it back: Redis may sell units MySQL lacks until the PUT is sent again.");
+        }
+    }
+}
+
+fn mysql(error: StoreError) -> ApiError {
+    ApiError::unavailable("MySQL cannot be reached", error)
+}
+
+fn redis(error: CacheError) -> ApiError {
+    ApiError::unavailable("Redis cannot be reached", error)
 }
 
 /// A sale seen from both stores.

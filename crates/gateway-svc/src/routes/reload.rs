@@ -14,7 +14,9 @@
 //!    initial again, and the product is on sale.
 //!
 //! One reload per product at a time, under a MySQL lease held in the gateway's own name
-//! (host, PID and a random part: replicas in containers all have PID 1).
+//! (host, PID and a random part: replicas in containers all have PID 1). Steps 2 and 3 are
+//! refused by Redis itself once the product has meta again, so even a reload that outlived
+//! its lease cannot rebuild over a sale another one has put back on sale.
 
 use actix_web::{HttpResponse, web};
 use domain::ProductId;
@@ -61,6 +63,15 @@ fn mysql(error: order_store::StoreError) -> ApiError {
 
 fn redis(error: stock_cache::CacheError) -> ApiError {
     ApiError::unavailable("Redis cannot be reached", error)
+}
+
+/// Redis refuses to rebuild a product that is on sale again (another reload, or a PUT,
+/// loaded it meanwhile): 409 `PRODUCT_LOADED`, as when the reload began with it loaded.
+fn loaded_or_unavailable(error: stock_cache::CacheError) -> ApiError {
+    match error {
+        stock_cache::CacheError::AlreadyLoaded => ApiError::ProductLoaded,
+        other => redis(other),
+    }
 }
 
 /// Rebuild a product Redis lost.
@@ -135,7 +146,7 @@ async fn rebuild(
         .cache
         .forget_sale_state(product)
         .await
-        .map_err(redis)?;
+        .map_err(loaded_or_unavailable)?;
     let (mut orders_restored, mut units_restored, mut after_id) = (0u64, 0i64, 0u64);
     loop {
         let page = state
@@ -176,14 +187,14 @@ async fn rebuild(
         starts_at_ms: row.starts_at.map_or(0, |t| t.timestamp_millis()),
         ends_at_ms: row.ends_at.map_or(0, |t| t.timestamp_millis()),
         sellable_stock: stock,
-        // Restock keeps the flows, buyers and results just written back.
-        mode: LoadMode::Restock,
+        // Keeps the flows, buyers and results just written back.
+        mode: LoadMode::Rebuild,
     };
     state
         .cache
         .load_product(product, &spec)
         .await
-        .map_err(redis)?;
+        .map_err(loaded_or_unavailable)?;
     state.sold_out.clear(product);
     platform::ops::record_stock(product.get(), "redis", stock);
     tracing::warn!(

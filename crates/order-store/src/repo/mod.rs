@@ -6,6 +6,8 @@ mod products;
 mod reconcile;
 mod rejected;
 
+pub use products::PutError;
+
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::dsl::sql;
 use diesel::expression::SqlLiteral;

@@ -2,7 +2,7 @@
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Unsigned};
-use diesel_async::{AsyncConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
 use domain::ProductId;
 
 use super::{count_star, sum_quantity, to_datetime};
@@ -11,100 +11,113 @@ use crate::error::{Result, StoreError};
 use crate::models::{NewProduct, ProductRow, ProductValues, PutOutcome, RawProduct, StockValues};
 use crate::schema::{orders, product_stock, products};
 
+/// What [`Db::put_product_and`] found with the product's rows locked.
+struct Locked {
+    /// `products.initial_stock`, or `None` for a product never defined.
+    initial: Option<i64>,
+    /// `product_stock.stock`, or `None` without a stock row.
+    stock: Option<i64>,
+    orders: i64,
+}
+
+/// Why [`Db::put_product_and`] failed, and what was left changed.
+#[derive(Debug)]
+pub enum PutError<T, E> {
+    /// MySQL refused or failed before the load ran: nothing changed.
+    Store(StoreError),
+    /// The load refused or failed; MySQL rolled back: nothing changed in MySQL.
+    Load(E),
+    /// The load succeeded, then MySQL's COMMIT failed: the other store holds the change,
+    /// and MySQL may or may not (a lost connection leaves the COMMIT's fate unknown).
+    Commit { loaded: T, error: StoreError },
+}
+
+impl<T, E> From<diesel::result::Error> for PutError<T, E> {
+    fn from(error: diesel::result::Error) -> Self {
+        Self::Store(error.into())
+    }
+}
+
+impl<T, E> From<StoreError> for PutError<T, E> {
+    fn from(error: StoreError) -> Self {
+        Self::Store(error)
+    }
+}
+
 impl Db {
-    /// Defines a product and sets its stock, in one transaction.
-    ///
-    /// A product without orders is simply (re)defined: `initial_stock` and the stock row
-    /// both become `product.initial_stock`. Once orders exist that would break
-    /// `stock + ordered = initial`, so it is refused ([`StoreError::OrdersExist`]) unless
-    /// `force` is given, which restocks: the stock becomes `product.initial_stock` and
-    /// `initial_stock` becomes that plus the units already ordered.
+    /// Defines a product or restocks it, in one transaction; see [`Db::put_product_and`],
+    /// with nothing else to load.
     pub async fn put_product(&self, product: &NewProduct, force: bool) -> Result<PutOutcome> {
-        if product.initial_stock < 0 {
-            return Err(StoreError::InvalidData(format!(
-                "initial stock {} is negative",
-                product.initial_stock
-            )));
+        let nothing = |_| std::future::ready(Ok::<(), StoreError>(()));
+        match self.put_product_and(product, force, nothing).await {
+            Ok((outcome, ())) => Ok(outcome),
+            Err(PutError::Store(error) | PutError::Load(error)) => Err(error),
+            Err(PutError::Commit { error, .. }) => Err(error),
         }
-        if product.name.chars().count() > 200 {
-            return Err(StoreError::InvalidData(
-                "a product name is at most 200 characters".into(),
-            ));
-        }
+    }
+
+    /// Defines a product or restocks it, and runs `load` (the same change in Redis) while
+    /// MySQL's transaction still holds the product's rows, committing only once `load`
+    /// succeeded: a refusal of `load` leaves MySQL as it was.
+    ///
+    /// `product.initial_stock` is the units the sale has in all, sold or not:
+    /// - a product without orders is simply (re)defined: `initial_stock` and the stock row
+    ///   both become it ([`PutOutcome::Created`], [`PutOutcome::Replaced`]);
+    /// - a product with orders is refused ([`StoreError::OrdersExist`]) unless `force` is
+    ///   given, which restocks it ([`PutOutcome::Restocked`]): `initial_stock` moves to the
+    ///   new value and the stock row by the same delta, from what it is under the lock, so
+    ///   `stock + ordered = initial` keeps holding whatever the consumers write before or
+    ///   after. A delta that would leave the stock negative (more units ordered than the
+    ///   new total) is refused ([`StoreError::StockBelowSold`]).
+    ///
+    /// The other fields (name, per-user limit, window) are written as given.
+    pub async fn put_product_and<T, E, F, Fut>(
+        &self,
+        product: &NewProduct,
+        force: bool,
+        load: F,
+    ) -> std::result::Result<(PutOutcome, T), PutError<T, E>>
+    where
+        F: FnOnce(PutOutcome) -> Fut + Send,
+        Fut: Future<Output = std::result::Result<T, E>> + Send,
+        T: Send,
+        E: Send,
+    {
+        check_definition(product)?;
         let starts_at = product.starts_at.map(to_datetime).transpose()?;
         let ends_at = product.ends_at.map(to_datetime).transpose()?;
-        let id = product.id.get();
-        let mut conn = self.conn().await?;
-        conn.transaction(async |conn| {
-            // Lock the stock row before counting orders: a consumer batch in flight then
-            // either committed already (and is counted) or deducts after us, from the stock
-            // we set — both keep `stock + ordered = initial`.
-            product_stock::table
-                .find(id)
-                .select(product_stock::stock)
-                .for_update()
-                .first::<i64>(conn)
-                .await
-                .optional()?;
-            let (order_count, ordered_units) = orders::table
-                .filter(orders::product_id.eq(id))
-                .select((count_star(), sum_quantity()))
-                .get_result::<(i64, i64)>(conn)
-                .await?;
-            if order_count > 0 && !force {
-                return Err(StoreError::OrdersExist {
-                    product_id: product.id,
-                    orders: order_count,
-                });
-            }
-            let existed = products::table
-                .find(id)
-                .select(count_star())
-                .get_result::<i64>(conn)
-                .await?
-                > 0;
-
-            let values = ProductValues {
-                id,
-                name: &product.name,
-                initial_stock: product.initial_stock + ordered_units,
-                per_user_limit: product.per_user_limit,
-                starts_at,
-                ends_at,
-            };
-            diesel::insert_into(products::table)
-                .values(&values)
-                .on_conflict(diesel::dsl::DuplicatedKeys)
-                .do_update()
-                .set(&values)
-                .execute(conn)
-                .await?;
-            diesel::insert_into(product_stock::table)
-                .values(StockValues {
-                    product_id: id,
-                    stock: product.initial_stock,
-                })
-                .on_conflict(diesel::dsl::DuplicatedKeys)
-                .do_update()
-                .set((
-                    product_stock::stock.eq(product.initial_stock),
-                    product_stock::version.eq(product_stock::version + 1),
-                ))
-                .execute(conn)
-                .await?;
-
-            Ok(if order_count > 0 {
-                PutOutcome::Restocked {
-                    initial_stock: values.initial_stock,
-                    ordered_units,
-                }
-            } else if existed {
-                PutOutcome::Replaced
-            } else {
-                PutOutcome::Created
+        let values = ProductValues {
+            id: product.id.get(),
+            name: &product.name,
+            initial_stock: product.initial_stock,
+            per_user_limit: product.per_user_limit,
+            starts_at,
+            ends_at,
+        };
+        // What `load` gave, should the COMMIT after it fail: the caller must know that the
+        // other store changed.
+        let loaded = std::sync::Mutex::new(None);
+        let mut conn = self.conn().await.map_err(PutError::Store)?;
+        let committed = conn
+            .transaction(async |conn| {
+                let locked = lock_product(conn, values.id).await?;
+                let outcome = plan(product, force, &locked)?;
+                write_product(conn, &values, outcome).await?;
+                let answer = load(outcome).await.map_err(PutError::Load)?;
+                *loaded.lock().expect("not poisoned") = Some(answer);
+                Ok::<_, PutError<T, E>>(outcome)
             })
-        })
-        .await
+            .await;
+        let loaded = loaded.into_inner().expect("not poisoned");
+        match (committed, loaded) {
+            (Ok(outcome), Some(answer)) => Ok((outcome, answer)),
+            (Err(PutError::Store(error)), Some(answer)) => Err(PutError::Commit {
+                loaded: answer,
+                error,
+            }),
+            (Err(error), _) => Err(error),
+            (Ok(_), None) => unreachable!("the transaction commits only after the load"),
+        }
     }
 
     pub async fn product(&self, id: ProductId) -> Result<Option<ProductRow>> {
@@ -182,4 +195,119 @@ impl Db {
             .get_result(&mut conn)
             .await?)
     }
+}
+
+fn check_definition(product: &NewProduct) -> Result<()> {
+    if product.initial_stock < 0 {
+        return Err(StoreError::InvalidData(format!(
+            "initial stock {} is negative",
+            product.initial_stock
+        )));
+    }
+    if product.name.chars().count() > 200 {
+        return Err(StoreError::InvalidData(
+            "a product name is at most 200 characters".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Locks the product's row, then its stock row, and counts its orders. The product row
+/// first: two PUTs of one product then wait for each other whole. The stock row before
+/// counting: a consumer batch in flight then either committed already (and is counted) or
+/// deducts after this commits, from the stock written here — both keep
+/// `stock + ordered = initial`. The count is the transaction's first plain read, so its
+/// snapshot is taken with the locks held.
+async fn lock_product(conn: &mut AsyncMysqlConnection, id: u64) -> QueryResult<Locked> {
+    let initial = products::table
+        .find(id)
+        .select(products::initial_stock)
+        .for_update()
+        .first::<i64>(conn)
+        .await
+        .optional()?;
+    let stock = product_stock::table
+        .find(id)
+        .select(product_stock::stock)
+        .for_update()
+        .first::<i64>(conn)
+        .await
+        .optional()?;
+    let orders = orders::table
+        .filter(orders::product_id.eq(id))
+        .select(count_star())
+        .get_result::<i64>(conn)
+        .await?;
+    Ok(Locked {
+        initial,
+        stock,
+        orders,
+    })
+}
+
+/// What the PUT does to the locked product (see [`Db::put_product_and`]).
+fn plan(product: &NewProduct, force: bool, locked: &Locked) -> Result<PutOutcome> {
+    let wanted = product.initial_stock;
+    if locked.orders == 0 {
+        return Ok(match locked.initial {
+            None => PutOutcome::Created,
+            Some(initial) => PutOutcome::Replaced {
+                delta: wanted - initial,
+            },
+        });
+    }
+    if !force {
+        return Err(StoreError::OrdersExist {
+            product_id: product.id,
+            orders: locked.orders,
+        });
+    }
+    // Orders exist, so both rows do: orders are only written against a stock row.
+    let initial = locked.initial.unwrap_or(0);
+    let stock = locked.stock.unwrap_or(0);
+    let delta = wanted - initial;
+    if stock + delta < 0 {
+        return Err(StoreError::StockBelowSold {
+            product_id: product.id,
+            sold: initial - stock,
+            wanted,
+        });
+    }
+    Ok(PutOutcome::Restocked {
+        delta,
+        stock: stock + delta,
+    })
+}
+
+/// Writes the definition and the stock `outcome` says.
+async fn write_product(
+    conn: &mut AsyncMysqlConnection,
+    values: &ProductValues<'_>,
+    outcome: PutOutcome,
+) -> QueryResult<()> {
+    diesel::insert_into(products::table)
+        .values(values)
+        .on_conflict(diesel::dsl::DuplicatedKeys)
+        .do_update()
+        .set(values)
+        .execute(conn)
+        .await?;
+    let stock = match outcome {
+        PutOutcome::Created | PutOutcome::Replaced { .. } => values.initial_stock,
+        PutOutcome::Restocked { stock, .. } => stock,
+    };
+    diesel::insert_into(product_stock::table)
+        .values(StockValues {
+            product_id: values.id,
+            stock,
+        })
+        .on_conflict(diesel::dsl::DuplicatedKeys)
+        .do_update()
+        .set((
+            product_stock::stock.eq(stock),
+            product_stock::version.eq(product_stock::version + 1),
+        ))
+        .execute(conn)
+        .await?;
+    Ok(())
 }

@@ -1,9 +1,9 @@
 use chrono::{DateTime, Utc};
 use domain::ProductId;
-use order_store::{PutOutcome, StoreError};
+use order_store::{PutError, PutOutcome, StoreError};
 use test_support::mysql::TestDb;
 
-use crate::helpers::{new_product, order};
+use crate::helpers::{new_product, order, put_product};
 
 #[tokio::test]
 async fn a_product_is_stored_with_its_sale_window() {
@@ -46,7 +46,7 @@ async fn put_product_refuses_while_orders_exist_unless_forced() {
     // Without orders a product can be redefined freely.
     assert_eq!(
         db.put_product(&new_product(1, 20), false).await.unwrap(),
-        PutOutcome::Replaced
+        PutOutcome::Replaced { delta: 10 }
     );
     assert_eq!(db.stock(id).await.unwrap(), Some(20));
 
@@ -72,18 +72,89 @@ async fn put_product_refuses_while_orders_exist_unless_forced() {
     assert_eq!(db.stock(id).await.unwrap(), Some(17));
     assert_eq!(db.product(id).await.unwrap().unwrap().initial_stock, 20);
 
+    // Forced, `initial_stock` is the new total, and the stock moves by the same delta.
     let outcome = db.put_product(&new_product(1, 50), true).await.unwrap();
     assert_eq!(
         outcome,
         PutOutcome::Restocked {
-            initial_stock: 53,
-            ordered_units: 3
+            delta: 30,
+            stock: 47
         }
     );
-    assert_eq!(db.stock(id).await.unwrap(), Some(50));
     let row = db.product(id).await.unwrap().unwrap();
+    assert_eq!(row.initial_stock, 50);
     // What reconcile checks: stock + ordered = initial.
-    assert_eq!(row.initial_stock, 50 + db.ordered_units(id).await.unwrap());
+    assert_eq!(
+        db.stock(id).await.unwrap().unwrap() + db.ordered_units(id).await.unwrap(),
+        50
+    );
+}
+
+#[tokio::test]
+async fn a_forced_put_below_the_units_ordered_is_refused_and_changes_nothing() {
+    let test_db = TestDb::create().await;
+    let db = test_db.db();
+    let id = ProductId(1);
+    put_product(db, 1, 10).await;
+    db.write_orders(&[order(1, 100, 2), order(1, 101, 2)])
+        .await
+        .unwrap();
+
+    let error = db.put_product(&new_product(1, 3), true).await.unwrap_err();
+
+    assert!(
+        matches!(
+            error,
+            StoreError::StockBelowSold {
+                product_id: ProductId(1),
+                sold: 4,
+                wanted: 3
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(!error.is_retryable());
+    assert_eq!(db.stock(id).await.unwrap(), Some(6));
+    assert_eq!(db.product(id).await.unwrap().unwrap().initial_stock, 10);
+    assert_eq!(
+        db.put_product(&new_product(1, 4), true).await.unwrap(),
+        PutOutcome::Restocked {
+            delta: -6,
+            stock: 0
+        },
+        "as many units as were ordered: nothing left on sale"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_load_rolls_the_put_back() {
+    let test_db = TestDb::create().await;
+    let db = test_db.db();
+    let id = ProductId(1);
+    put_product(db, 1, 10).await;
+    db.write_orders(&[order(1, 100, 2)]).await.unwrap();
+
+    let refused = db
+        .put_product_and(&new_product(1, 30), true, async |outcome| {
+            assert_eq!(
+                outcome,
+                PutOutcome::Restocked {
+                    delta: 20,
+                    stock: 28
+                }
+            );
+            // The rows are written, not committed: another connection does not see them.
+            let seen = test_db.db().stock(id).await.unwrap();
+            Err::<(), _>(seen)
+        })
+        .await;
+
+    match refused {
+        Err(PutError::Load(seen)) => assert_eq!(seen, Some(8)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(db.stock(id).await.unwrap(), Some(8));
+    assert_eq!(db.product(id).await.unwrap().unwrap().initial_stock, 10);
 }
 
 #[tokio::test]
