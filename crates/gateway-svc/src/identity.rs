@@ -6,7 +6,7 @@ use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest, web};
 use domain::UserId;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use platform::settings::AuthMode;
+use platform::settings::{AuthMode, AuthSettings};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
@@ -21,16 +21,11 @@ pub struct IdentityConfig {
 }
 
 impl IdentityConfig {
-    pub fn new(mode: AuthMode, jwt_secret: &SecretString, admin_token: SecretString) -> Self {
-        // Only HS256: a token naming another algorithm (or "none") is refused outright.
-        let mut jwt_validation = Validation::new(Algorithm::HS256);
-        jwt_validation.validate_nbf = true;
-        jwt_validation.leeway = 5;
-        jwt_validation.set_required_spec_claims(&["exp", "sub"]);
+    pub fn new(auth: &AuthSettings, admin_token: SecretString) -> Self {
         Self {
-            mode,
-            jwt_key: DecodingKey::from_secret(jwt_secret.expose_secret().as_bytes()),
-            jwt_validation,
+            mode: auth.mode,
+            jwt_key: DecodingKey::from_secret(auth.jwt_secret.expose_secret().as_bytes()),
+            jwt_validation: jwt_validation(auth),
             admin_token,
         }
     }
@@ -67,6 +62,27 @@ impl IdentityConfig {
     fn is_admin(&self, request: &HttpRequest) -> bool {
         platform::auth::is_admin(request, &self.admin_token)
     }
+}
+
+/// What a buyer's JWT must be. Only HS256: a token naming another algorithm (or `none`) is
+/// refused outright. A configured issuer or audience is required, not merely checked when
+/// present: a token without it was meant for someone else. With no audience configured, a
+/// token that names one is refused (RFC 7519: a recipient not among the audience rejects).
+fn jwt_validation(auth: &AuthSettings) -> Validation {
+    let mut validation = Validation::new(Algorithm::HS256);
+    validation.validate_nbf = true;
+    validation.leeway = 5;
+    let mut required = vec!["exp", "sub"];
+    if !auth.jwt_issuer.is_empty() {
+        validation.set_issuer(&[&auth.jwt_issuer]);
+        required.push("iss");
+    }
+    if !auth.jwt_audience.is_empty() {
+        validation.set_audience(&[&auth.jwt_audience]);
+        required.push("aud");
+    }
+    validation.set_required_spec_claims(&required);
+    validation
 }
 
 fn config(request: &HttpRequest) -> &IdentityConfig {

@@ -164,8 +164,7 @@ impl Application {
         };
         let openapi = web::Data::new(Document::new(settings.auth.mode));
         let identity = web::Data::new(IdentityConfig::new(
-            settings.auth.mode,
-            &settings.auth.jwt_secret,
+            &settings.auth,
             settings.admin.token.clone(),
         ));
         let metrics = ops::metrics_handle();

@@ -236,3 +236,177 @@ async fn jwt_app_selling(product: u64, stock: i64) -> TestApp {
     app.open_sale(product, stock, 1).await;
     app
 }
+
+/// `{"alg":"none","typ":"JWT"}`, base64url: the header of an unsigned JWT.
+const ALG_NONE_HEADER: &str = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0";
+
+/// `token` with its header swapped for [`ALG_NONE_HEADER`], and `signature` after it.
+fn unsigned(token: &str, signature: &str) -> String {
+    let payload = token.split('.').nth(1).expect("a JWT has a payload");
+    format!("{ALG_NONE_HEADER}.{payload}.{signature}")
+}
+
+#[tokio::test]
+async fn a_jwt_with_alg_none_is_unauthenticated_and_takes_nothing() {
+    let app = jwt_app_selling(1, 5).await;
+    let now = chrono::Utc::now().timestamp();
+    let valid = jwt(
+        json!({"sub": "42", "exp": now + 60}),
+        JWT_SECRET,
+        Header::default(),
+    );
+    let url = format!("{}/api/v1/products/1/tokens", app.address);
+    let ask = |bearer: String| app.client.post(&url).bearer_auth(bearer).send();
+    assert_eq!(
+        ask(valid.clone()).await.unwrap().status(),
+        StatusCode::CREATED
+    );
+
+    // Unsigned, and unsigned but carrying the valid token's signature: the algorithm a
+    // token names is never trusted.
+    let real_signature = valid.rsplit('.').next().unwrap();
+    for token in [unsigned(&valid, ""), unsigned(&valid, real_signature)] {
+        assert_error(
+            ask(token).await.unwrap(),
+            StatusCode::UNAUTHORIZED,
+            "UNAUTHENTICATED",
+        )
+        .await;
+    }
+    let purchase = app
+        .client
+        .post(format!("{}/api/v1/products/1/purchase", app.address))
+        .bearer_auth(unsigned(&valid, ""))
+        .json(&json!({"token": "v2.k1.x.y", "quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_error(purchase, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+    app.assert_nothing_taken(1, 5).await;
+}
+
+const ISSUER: &str = "https://id.example.com";
+const AUDIENCE: &str = "seckill";
+
+#[tokio::test]
+async fn with_an_issuer_and_audience_configured_a_jwt_must_carry_both() {
+    let app = spawn_app_with(&[
+        ("SECKILL_AUTH__MODE", "jwt"),
+        ("SECKILL_AUTH__JWT_SECRET", JWT_SECRET),
+        ("SECKILL_AUTH__JWT_ISSUER", ISSUER),
+        ("SECKILL_AUTH__JWT_AUDIENCE", AUDIENCE),
+    ])
+    .await;
+    app.open_sale(1, 5, 1).await;
+    let exp = chrono::Utc::now().timestamp() + 60;
+    let url = format!("{}/api/v1/products/1/tokens", app.address);
+    let ask = |claims: serde_json::Value| {
+        app.client
+            .post(&url)
+            .bearer_auth(jwt(claims, JWT_SECRET, Header::default()))
+            .send()
+    };
+
+    let good = json!({"sub": "42", "exp": exp, "iss": ISSUER, "aud": AUDIENCE});
+    assert_eq!(ask(good).await.unwrap().status(), StatusCode::CREATED);
+    let among_several = json!({"sub": "42", "exp": exp, "iss": ISSUER, "aud": ["other", AUDIENCE]});
+    assert_eq!(
+        ask(among_several).await.unwrap().status(),
+        StatusCode::CREATED
+    );
+
+    for refused in [
+        json!({"sub": "42", "exp": exp, "iss": "https://evil.example.com", "aud": AUDIENCE}),
+        json!({"sub": "42", "exp": exp, "aud": AUDIENCE}),
+        json!({"sub": "42", "exp": exp, "iss": ISSUER, "aud": "another-service"}),
+        json!({"sub": "42", "exp": exp, "iss": ISSUER}),
+    ] {
+        let response = ask(refused.clone()).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{refused}");
+        assert_error(response, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+    }
+}
+
+#[tokio::test]
+async fn with_no_audience_configured_a_jwt_meant_for_an_audience_is_refused() {
+    let app = jwt_app_selling(1, 5).await;
+    let exp = chrono::Utc::now().timestamp() + 60;
+    let url = format!("{}/api/v1/products/1/tokens", app.address);
+    let ask = |claims: serde_json::Value| {
+        app.client
+            .post(&url)
+            .bearer_auth(jwt(claims, JWT_SECRET, Header::default()))
+            .send()
+    };
+    // Any issuer: none is configured.
+    let any_issuer = json!({"sub": "42", "exp": exp, "iss": "https://anyone.example.com"});
+    assert_eq!(ask(any_issuer).await.unwrap().status(), StatusCode::CREATED);
+    let for_another_service = json!({"sub": "42", "exp": exp, "aud": "another-service"});
+    assert_error(
+        ask(for_another_service).await.unwrap(),
+        StatusCode::UNAUTHORIZED,
+        "UNAUTHENTICATED",
+    )
+    .await;
+}
+
+/// The gateway binary's exit code and stderr, started outside local mode (no
+/// `SECKILL_ENV`, nothing inherited) with `env` over the shipped config files.
+async fn start_outside_local_mode(env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_gateway-svc"))
+        .env_clear()
+        .env(
+            "SECKILL_CONFIG_DIR",
+            test_support::process::repo_root().join("config"),
+        )
+        .env("SECKILL_GATEWAY__LISTEN", "127.0.0.1:0")
+        .envs(env.iter().copied())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(30), run)
+        .await
+        .expect("the gateway stopped at its settings instead of starting")
+        .expect("the gateway binary runs");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+const OPERATORS_KEY: &str = "an-operators-own-token-key-0123456789";
+
+#[tokio::test]
+async fn outside_local_mode_a_gateway_on_a_development_secret_exits_64_naming_it() {
+    let (code, stderr) = start_outside_local_mode(&[
+        ("SECKILL_ADMIN__TOKEN", "dev-admin-token"),
+        ("SECKILL_TOKENS__KEYS__K1", OPERATORS_KEY),
+    ])
+    .await;
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(
+        stderr.contains("admin.token (SECKILL_ADMIN__TOKEN) is a development value"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn outside_local_mode_a_gateway_missing_a_secret_exits_64_instead_of_using_a_default() {
+    // The Secret lost its admin token: nothing falls back to a value anyone knows.
+    let (code, stderr) =
+        start_outside_local_mode(&[("SECKILL_TOKENS__KEYS__K1", OPERATORS_KEY)]).await;
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(
+        stderr.contains("admin.token (SECKILL_ADMIN__TOKEN) is not set"),
+        "{stderr}"
+    );
+
+    // A rotation that dropped k1 but still names it current: refused, not served by a
+    // k1 from a config file.
+    let (code, stderr) = start_outside_local_mode(&[
+        ("SECKILL_ADMIN__TOKEN", OPERATORS_KEY),
+        ("SECKILL_TOKENS__KEYS__K2", OPERATORS_KEY),
+    ])
+    .await;
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("tokens.current_key_id"), "{stderr}");
+}
