@@ -23,6 +23,14 @@ if mode == 'rebuild' and redis.call('EXISTS', KEYS[1]) == 1 then
 end
 if mode ~= 'rebuild' then
   redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+  -- A new sale generation (meta's `sale`), which purchase tokens carry: pre_deduct.lua
+  -- refuses those of an earlier sale. From the clock rather than a counter, so it also
+  -- differs from every sale before a Redis loss erased meta; above the last one even if
+  -- the clock stepped back.
+  local time = redis.call('TIME')
+  local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local last = tonumber(redis.call('HGET', KEYS[1], 'sale')) or 0
+  redis.call('HSET', KEYS[1], 'sale', string.format('%d', math.max(now_ms, last + 1)))
 end
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'initial_stock', ARGV[1], 'per_user_limit', ARGV[2],

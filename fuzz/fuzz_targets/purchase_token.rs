@@ -34,7 +34,7 @@ fn signer() -> TokenSigner {
 }
 
 fn sign(payload_segment: &str) -> String {
-    let signed = format!("v1.{KEY_ID}.{payload_segment}");
+    let signed = format!("v2.{KEY_ID}.{payload_segment}");
     let mut mac = Hmac::<Sha256>::new_from_slice(KEY).expect("any key length");
     mac.update(signed.as_bytes());
     format!(

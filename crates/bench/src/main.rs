@@ -188,7 +188,7 @@ async fn main() -> anyhow::Result<ExitCode> {
             out,
         } => {
             let settings = Settings::load().context("settings")?;
-            tokens::sign(&settings, ProductId(product), first_user, users, &out)
+            tokens::sign(&settings, ProductId(product), first_user, users, &out).await
         }
         Command::LoadProduct {
             prefix,

@@ -15,7 +15,7 @@ use stock_cache::{LoadMode, LoadSpec, StockCache};
 /// Long enough for any bench phase; the gateway checks only that it is in the future.
 const TOKEN_TTL_MS: i64 = 3_600_000;
 
-pub fn sign(
+pub async fn sign(
     settings: &Settings,
     product: ProductId,
     first_user: u64,
@@ -31,12 +31,25 @@ pub fn sign(
     let signer = TokenSigner::new(settings.tokens.current_key_id.clone(), keys)
         .context("the purchase-token keys are invalid")?;
     let expires_at_ms = chrono_now_ms() + TOKEN_TTL_MS;
+    // Tokens are for the product's current sale, as the gateway would issue them.
+    let cache = StockCache::new(
+        &settings.redis.url,
+        1,
+        &settings.redis.key_prefix,
+        Duration::from_secs(10),
+    )?;
+    let sale = cache
+        .sale_window(product)
+        .await?
+        .with_context(|| format!("product {product} is not loaded in Redis"))?
+        .sale;
     let mut text = String::new();
     for user in first_user..first_user + users {
         let claims = PurchaseClaims {
             order_token: OrderToken::random(product),
             user_id: UserId(user),
             expires_at_ms,
+            sale,
         };
         writeln!(text, "{user} {}", signer.issue(&claims))?;
     }

@@ -1,9 +1,16 @@
-//! The one-time purchase token: `v1.<key id>.<payload>.<signature>`.
+//! The one-time purchase token: `v2.<key id>.<payload>.<signature>`.
 //!
-//! The payload (URL-safe base64) is `<order token>:<user id>:<expires at, unix ms>`; the
-//! signature is HMAC-SHA256 over everything before the last dot, so the version and key
+//! The payload (URL-safe base64) is `<order token>:<user id>:<expires at, unix ms>:<sale>`;
+//! the signature is HMAC-SHA256 over everything before the last dot, so the version and key
 //! id are signed too. Verifying costs a hash and needs no Redis round trip, which is why
 //! the gateway can check every request of the crowd before it spends anything on it.
+//!
+//! `sale` is the generation of the product's sale the token was issued in (Redis meta's
+//! `sale`, new on every fresh load): `pre_deduct.lua` refuses a token of an earlier sale,
+//! so a new sale of the same product does not honour the tokens of the last one.
+//!
+//! Tokens of version 1 (no sale) are malformed to this code and refused as an invalid
+//! token: one held across the upgrade is simply asked for again. They lived `tokens.ttl_secs`.
 //!
 //! Keys rotate by id: tokens are signed with the current key, and every key still in the
 //! set verifies — keep an old key until the last token it signed has expired.
@@ -17,7 +24,7 @@ use sha2::Sha256;
 
 use crate::ids::{OrderToken, ProductId, UserId};
 
-const VERSION: &str = "v1";
+const VERSION: &str = "v2";
 /// Longest token we even look at; anything longer is malformed by definition.
 const MAX_TOKEN_LEN: usize = 256;
 
@@ -29,6 +36,9 @@ pub struct PurchaseClaims {
     pub order_token: OrderToken,
     pub user_id: UserId,
     pub expires_at_ms: i64,
+    /// The generation of the product's sale it was issued in; 0 for a product loaded
+    /// before sales had generations.
+    pub sale: u64,
 }
 
 impl PurchaseClaims {
@@ -106,8 +116,8 @@ impl TokenSigner {
     /// Signs a token for this buyer and order with the current key.
     pub fn issue(&self, claims: &PurchaseClaims) -> String {
         let payload = format!(
-            "{}:{}:{}",
-            claims.order_token, claims.user_id, claims.expires_at_ms
+            "{}:{}:{}:{}",
+            claims.order_token, claims.user_id, claims.expires_at_ms, claims.sale
         );
         let signed = format!(
             "{VERSION}.{}.{}",
@@ -156,6 +166,7 @@ impl TokenSigner {
             order_token: fields.next()?.parse().ok()?,
             user_id: fields.next()?.parse().ok()?,
             expires_at_ms: fields.next()?.parse().ok()?,
+            sale: fields.next()?.parse().ok()?,
         };
         fields.next().is_none().then_some(claims)
     }
@@ -186,6 +197,7 @@ mod tests {
             order_token: OrderToken::new(ProductId(3), 99),
             user_id: UserId(12),
             expires_at_ms,
+            sale: 1_764_000_000_000,
         }
     }
 
@@ -210,14 +222,49 @@ mod tests {
         let signer = signer("k1", &[("k1", "0123456789abcdef")]);
         let token = signer.issue(&claims(1_000));
         let parts: Vec<&str> = token.split('.').collect();
-        let other_payload = URL_SAFE_NO_PAD.encode(format!(
-            "{}:{}:{}",
-            OrderToken::new(ProductId(3), 99),
-            13,
-            1_000
-        ));
-        let tampered = format!("{}.{}.{}.{}", parts[0], parts[1], other_payload, parts[3]);
-        assert_eq!(signer.verify(&tampered, 0), Err(TokenError::BadSignature));
+        for other_claims in [
+            format!(
+                "{}:13:1000:1764000000000",
+                OrderToken::new(ProductId(3), 99)
+            ),
+            format!(
+                "{}:12:1000:1764000000001",
+                OrderToken::new(ProductId(3), 99)
+            ),
+        ] {
+            let other_payload = URL_SAFE_NO_PAD.encode(other_claims);
+            let tampered = format!("{}.{}.{}.{}", parts[0], parts[1], other_payload, parts[3]);
+            assert_eq!(signer.verify(&tampered, 0), Err(TokenError::BadSignature));
+        }
+    }
+
+    #[test]
+    fn a_token_carries_the_sale_it_was_issued_in() {
+        let signer = signer("k1", &[("k1", "0123456789abcdef")]);
+        let issued = PurchaseClaims {
+            sale: 7,
+            ..claims(1_000)
+        };
+        let token = signer.issue(&issued);
+        assert!(token.starts_with("v2.k1."));
+        assert_eq!(signer.verify(&token, 0).unwrap().sale, 7);
+    }
+
+    #[test]
+    fn a_version_1_token_without_a_sale_is_malformed_even_when_well_signed() {
+        // Exactly what the last version issued: three fields, signed with a key we hold.
+        let signed = format!(
+            "v1.k1.{}",
+            URL_SAFE_NO_PAD.encode(format!("{}:12:1000", OrderToken::new(ProductId(3), 99)))
+        );
+        let mut mac = HmacSha256::new_from_slice(b"0123456789abcdef").unwrap();
+        mac.update(signed.as_bytes());
+        let signature = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+        let signer = signer("k1", &[("k1", "0123456789abcdef")]);
+        assert_eq!(
+            signer.verify(&format!("{signed}.{signature}"), 0),
+            Err(TokenError::Malformed)
+        );
     }
 
     #[test]
@@ -229,7 +276,7 @@ mod tests {
         );
         let old_token = before.issue(&claims(1_000));
         assert_eq!(after.verify(&old_token, 0), Ok(claims(1_000)));
-        assert!(after.issue(&claims(1_000)).starts_with("v1.k2."));
+        assert!(after.issue(&claims(1_000)).starts_with("v2.k2."));
 
         let retired = signer("k2", &[("k2", "another-key-of-16")]);
         assert_eq!(retired.verify(&old_token, 0), Err(TokenError::UnknownKey));
@@ -258,8 +305,9 @@ mod tests {
             "v1",
             "v1.k1",
             "v1.k1.x",
-            "v2.k1.x.y",
-            "v1.k1.x.y.z",
+            "v1.k1.x.y",
+            "v3.k1.x.y",
+            "v2.k1.x.y.z",
             &"a".repeat(300),
         ] {
             assert!(signer.verify(bad, 0).is_err(), "{bad:?} was accepted");

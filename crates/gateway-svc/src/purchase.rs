@@ -139,7 +139,7 @@ impl PurchaseDesk {
         let started = Instant::now();
         let reserved = self
             .cache
-            .pre_deduct(&claims.order_token, claims.user_id, quantity)
+            .pre_deduct_in_sale(&claims.order_token, claims.user_id, quantity, claims.sale)
             .instrument(lua_span("pre_deduct"))
             .await;
         lua_seconds("pre_deduct", started);

@@ -84,6 +84,18 @@ pub enum ReleaseOutcome {
     AlreadyCommitted,
 }
 
+/// When a product's sale is open, and which sale it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaleWindow {
+    pub starts_at_ms: i64,
+    /// 0: never ends.
+    pub ends_at_ms: i64,
+    /// The sale's generation: new on every fresh load of the product (a new sale), the same
+    /// through restocks; 0 for a product loaded before sales had generations, or rebuilt
+    /// after Redis lost it. Purchase tokens carry it (see [`StockCache::pre_deduct_in_sale`]).
+    pub sale: u64,
+}
+
 /// A product as the sale scripts see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProductMeta {
@@ -293,27 +305,54 @@ impl StockCache {
     /// may still reserve, so the caller gives its token back with [`StockCache::release`]
     /// (which tombstones a token that reserved nothing, so a late script cannot either).
     /// Timed out waiting for a connection, it was never sent: [`CacheError::Timeout`].
+    ///
+    /// No sale generation is checked: for tools and tests that reserve without a buyer's
+    /// purchase token. A buyer's purchase goes through [`Self::pre_deduct_in_sale`].
     pub async fn pre_deduct(
         &self,
         token: &OrderToken,
         user: UserId,
         quantity: u32,
     ) -> Result<PreDeductOutcome, CacheError> {
+        self.run_pre_deduct(token, user, quantity, None).await
+    }
+
+    /// [`Self::pre_deduct`] of a buyer whose purchase token was issued in sale generation
+    /// `sale` ([`SaleWindow::sale`]): a token of an earlier sale of the product is
+    /// [`PreDeductOutcome::SaleNotOpen`], that sale being over.
+    pub async fn pre_deduct_in_sale(
+        &self,
+        token: &OrderToken,
+        user: UserId,
+        quantity: u32,
+        sale: u64,
+    ) -> Result<PreDeductOutcome, CacheError> {
+        self.run_pre_deduct(token, user, quantity, Some(sale)).await
+    }
+
+    async fn run_pre_deduct(
+        &self,
+        token: &OrderToken,
+        user: UserId,
+        quantity: u32,
+        sale: Option<u64>,
+    ) -> Result<PreDeductOutcome, CacheError> {
         let keys = self.keys(token.product_id());
+
         let mut sent = false;
         let outcome = self
             .timed(async {
                 let mut conn = self.connection().await?;
                 sent = true;
-                let (code, stock): (i64, i64) = scripts::invoke(
-                    scripts::PRE_DEDUCT
-                        .key(&keys.sale_keys()[..])
-                        .arg(token.to_string())
-                        .arg(user.get())
-                        .arg(quantity),
-                    &mut conn,
-                )
-                .await?;
+                let mut invocation = scripts::PRE_DEDUCT.key(&keys.sale_keys()[..]);
+                invocation
+                    .arg(token.to_string())
+                    .arg(user.get())
+                    .arg(quantity);
+                if let Some(sale) = sale {
+                    invocation.arg(sale);
+                }
+                let (code, stock): (i64, i64) = scripts::invoke(&invocation, &mut conn).await?;
                 PreDeductOutcome::from_script(code, stock)
                     .ok_or_else(|| CacheError::UnexpectedReply(format!("pre_deduct {code}")))
             })
@@ -589,6 +628,30 @@ impl StockCache {
                 starts_at_ms: starts.unwrap_or(0),
                 ends_at_ms: ends.unwrap_or(0),
                 epoch: epoch.unwrap_or(0),
+            }))
+        })
+        .await
+    }
+
+    /// What issuing a purchase token reads of a product, in one round trip: its sale window
+    /// and the generation of its sale; None when Redis does not have it loaded.
+    pub async fn sale_window(&self, product: ProductId) -> Result<Option<SaleWindow>, CacheError> {
+        let keys = self.keys(product);
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            let fields: Vec<Option<i64>> = redis::cmd("HMGET")
+                .arg(&keys.meta)
+                .arg(&["per_user_limit", "starts_at_ms", "ends_at_ms", "sale"])
+                .query_async(&mut conn)
+                .await?;
+            // Loaded means per_user_limit is there, as for pre_deduct.lua.
+            let [Some(_), starts, ends, sale] = fields[..] else {
+                return Ok(None);
+            };
+            Ok(Some(SaleWindow {
+                starts_at_ms: starts.unwrap_or(0),
+                ends_at_ms: ends.unwrap_or(0),
+                sale: sale.and_then(|sale| u64::try_from(sale).ok()).unwrap_or(0),
             }))
         })
         .await

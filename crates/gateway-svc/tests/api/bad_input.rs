@@ -327,7 +327,7 @@ async fn a_token_whose_well_formed_signature_is_wrong_is_invalid_and_reserves_no
     let app = spawn_app().await;
     app.open_sale(1, 5, 1).await;
     let token = app.token(7, 1).await;
-    // `v1.<key id>.<payload>.<HMAC-SHA256 of the rest, URL-safe base64>`.
+    // `v2.<key id>.<payload>.<HMAC-SHA256 of the rest, URL-safe base64>`.
     let (signed, signature) = token.rsplit_once('.').expect("a signed token");
     let hmac = |key: &str| {
         sign(

@@ -278,3 +278,65 @@ async fn products_do_not_share_stock_or_buyers() {
     assert_eq!(cache.stock(PRODUCT).await.unwrap(), Some(0));
     assert_eq!(cache.stock(other).await.unwrap(), Some(0));
 }
+
+#[tokio::test]
+async fn a_token_of_an_earlier_sale_is_not_served_by_the_next_sale_and_writes_nothing() {
+    let redis = on_sale(10, 1).await;
+    let cache = redis.cache();
+    let first = cache.sale_window(PRODUCT).await.unwrap().unwrap().sale;
+    assert!(first > 0, "a fresh load starts a sale generation");
+
+    // The product put up for sale afresh: a new sale of it.
+    cache
+        .load_product(PRODUCT, &open_sale(10, 1))
+        .await
+        .unwrap();
+    let second = cache.sale_window(PRODUCT).await.unwrap().unwrap().sale;
+    assert!(second > first, "{second} after {first}");
+
+    let before = snapshot(&redis, PRODUCT).await;
+    assert_eq!(
+        cache
+            .pre_deduct_in_sale(&token(), UserId(1), 1, first)
+            .await
+            .unwrap(),
+        PreDeductOutcome::SaleNotOpen
+    );
+    assert_eq!(snapshot(&redis, PRODUCT).await, before);
+    assert_eq!(
+        cache
+            .pre_deduct_in_sale(&token(), UserId(1), 1, second)
+            .await
+            .unwrap(),
+        PreDeductOutcome::Reserved { stock_after: 9 }
+    );
+}
+
+#[tokio::test]
+async fn a_rebuilt_product_keeps_no_generation_and_refuses_the_tokens_of_any_earlier_sale() {
+    let redis = on_sale(10, 1).await;
+    let cache = redis.cache();
+    let lost = cache.sale_window(PRODUCT).await.unwrap().unwrap().sale;
+    redis.delete_all_keys().unwrap();
+    let rebuild = stock_cache::LoadSpec {
+        mode: stock_cache::LoadMode::Rebuild,
+        ..open_sale(10, 1)
+    };
+    cache.load_product(PRODUCT, &rebuild).await.unwrap();
+
+    assert_eq!(cache.sale_window(PRODUCT).await.unwrap().unwrap().sale, 0);
+    assert_eq!(
+        cache
+            .pre_deduct_in_sale(&token(), UserId(1), 1, lost)
+            .await
+            .unwrap(),
+        PreDeductOutcome::SaleNotOpen
+    );
+    assert_eq!(
+        cache
+            .pre_deduct_in_sale(&token(), UserId(1), 1, 0)
+            .await
+            .unwrap(),
+        PreDeductOutcome::Reserved { stock_after: 9 }
+    );
+}
