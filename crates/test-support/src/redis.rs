@@ -79,6 +79,20 @@ impl TestRedis {
             .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.url))
     }
 
+    /// Deletes one field of a hash: a write Redis never got (a call that failed, a failover
+    /// to a replica that had not seen it). True when the field was there.
+    pub fn delete_field(&self, key: &str, field: &str) -> redis::RedisResult<bool> {
+        let mut conn = redis::Client::open(self.url.as_str())?.get_connection()?;
+        let deleted: i64 = redis::cmd("HDEL").arg(key).arg(field).query(&mut conn)?;
+        Ok(deleted == 1)
+    }
+
+    /// One field of a hash, if there.
+    pub fn field(&self, key: &str, field: &str) -> redis::RedisResult<Option<String>> {
+        let mut conn = redis::Client::open(self.url.as_str())?.get_connection()?;
+        redis::cmd("HGET").arg(key).arg(field).query(&mut conn)
+    }
+
     /// Every key under this test's prefix (SCAN, never KEYS: the server is shared).
     pub fn keys(&self) -> redis::RedisResult<Vec<String>> {
         let mut conn = redis::Client::open(self.url.as_str())?.get_connection()?;

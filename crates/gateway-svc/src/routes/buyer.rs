@@ -73,14 +73,15 @@ pub async fn issue_token(
     let product = product_id(&path)?;
     state.limits.check_user(buyer.0)?;
 
-    let meta = match state.cache.meta(product).await {
-        Ok(Some(meta)) => meta,
+    // One read for both: whether the sale is open, and which sale the token is for.
+    let window = match state.cache.sale_window(product).await {
+        Ok(Some(window)) => window,
         Ok(None) => return Err(not_loaded_or_unknown(&state, product).await),
         Err(error) => return Err(ApiError::unavailable("Redis cannot be reached", error)),
     };
     let now = Utc::now();
     let now_ms = now.timestamp_millis();
-    if now_ms < meta.starts_at_ms || (meta.ends_at_ms > 0 && now_ms >= meta.ends_at_ms) {
+    if now_ms < window.starts_at_ms || (window.ends_at_ms > 0 && now_ms >= window.ends_at_ms) {
         return Err(ApiError::SaleNotOpen);
     }
 
@@ -89,6 +90,7 @@ pub async fn issue_token(
         order_token: OrderToken::random(product),
         user_id: buyer.0,
         expires_at_ms: expires_at.timestamp_millis(),
+        sale: window.sale,
     };
     metrics::counter!("seckill_tokens_issued_total").increment(1);
     Ok(HttpResponse::Created().json(TokenIssued {
@@ -141,7 +143,8 @@ pub enum QueuedStatus {
 ///
 /// The Redis pre-deduct and, for a winner, the transactional order message; 202 means the
 /// order is queued. 400 is a malformed body or a quantity above the per-user limit; 403
-/// `INVALID_TOKEN` (forged, expired, another buyer's or product's) or `SALE_NOT_OPEN`; 409
+/// `INVALID_TOKEN` (forged, expired, another buyer's or product's) or `SALE_NOT_OPEN` (also
+/// for a token of an earlier sale of the product, which a new sale has ended); 409
 /// `DUPLICATE` (the token was used), `LIMIT_EXCEEDED` or `SOLD_OUT`; 503 Redis or the broker
 /// unreachable, or the product not loaded. Counts against the instance's and the buyer's
 /// rate limits.
@@ -321,6 +324,13 @@ async fn detached_purchase(
     })?
 }
 
+/// How long an order may be queued in Redis before status polling asks MySQL
+/// whether it is there after all (the consumer wrote it, but its `mark_confirmed` never
+/// reached Redis). An order normally reaches MySQL well within this, so the crowd polling
+/// its young orders never reaches MySQL; and the answer is written back to Redis, so an
+/// order costs MySQL one look, not one per poll.
+pub const ASK_MYSQL_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Where an order is.
 #[derive(Serialize, ToSchema)]
 pub struct OrderStatus {
@@ -379,7 +389,7 @@ pub async fn order_status(
                 if view.confirmed {
                     OrderState::Confirmed
                 } else {
-                    OrderState::Queued
+                    queued_or_written(&state, &token, flow).await
                 },
             ),
             (None, Some(tomb)) if tomb.user_id.is_some() => (
@@ -402,6 +412,46 @@ pub async fn order_status(
         quantity,
         status,
     }))
+}
+
+/// A flow Redis has no confirmation for: queued, unless it was reserved long enough ago
+/// ([`ASK_MYSQL_AFTER`]) that MySQL may hold its order while the confirmation was lost. A
+/// few such looks at once per gateway: past them, or when MySQL cannot answer, the order
+/// stays `queued` for this poll and the next one asks again.
+async fn queued_or_written(
+    state: &AppState,
+    token: &OrderToken,
+    flow: &domain::FlowRecord,
+) -> OrderState {
+    /// Looks at MySQL under way at once, so that even a crowd of stale orders (a stopped
+    /// consumer's backlog) puts a bounded load on it.
+    static MYSQL_LOOKS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
+
+    let age_ms = Utc::now().timestamp_millis() - flow.reserved_at_ms;
+    let stale = u128::try_from(age_ms).is_ok_and(|age| age >= ASK_MYSQL_AFTER.as_millis());
+    if !stale {
+        return OrderState::Queued;
+    }
+    let Ok(_look) = MYSQL_LOOKS.try_acquire() else {
+        return OrderState::Queued;
+    };
+    match state.db.order(token).await {
+        Ok(Some(_)) => {
+            if let Err(error) = state
+                .cache
+                .mark_confirmed(std::slice::from_ref(token))
+                .await
+            {
+                tracing::warn!(order = %short_token(token), error = %error, "Could not record in Redis an order MySQL holds.");
+            }
+            OrderState::Confirmed
+        }
+        Ok(None) => OrderState::Queued,
+        Err(error) => {
+            tracing::warn!(order = %short_token(token), error = %error, "MySQL did not answer whether a queued order is written.");
+            OrderState::Queued
+        }
+    }
 }
 
 async fn from_mysql(

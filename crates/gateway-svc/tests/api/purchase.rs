@@ -344,3 +344,95 @@ async fn a_purchase_past_the_in_flight_cap_is_told_to_retry_and_its_token_still_
     assert_eq!(view["redis_stock"], 3, "{view}");
     assert_eq!(view["flows"], 2, "{view}");
 }
+
+#[tokio::test]
+async fn an_order_in_mysql_whose_confirmation_redis_lost_is_reported_confirmed_not_queued() {
+    let app = spawn_app_with_consumer().await;
+    app.open_sale(1, 5, 1).await;
+    let queued = body(app.buy(7, 1).await).await;
+    let order_token = queued["order_token"].as_str().unwrap().to_owned();
+    app.wait_confirmed(7, &order_token, Duration::from_secs(30))
+        .await;
+    assert_eq!(app.admin_view(1).await["orders"], 1, "MySQL has the order");
+
+    // The consumer's mark_confirmed never reached Redis: the order is written, its flow
+    // committed, and Redis has no result for it.
+    let result_key = app.stack.redis.cache().keys(domain::ProductId(1)).result;
+    assert!(
+        app.stack
+            .redis
+            .delete_field(&result_key, &order_token)
+            .unwrap()
+    );
+    // Past the time an order normally takes to reach MySQL, the gateway asks MySQL.
+    tokio::time::sleep(gateway_svc::routes::buyer::ASK_MYSQL_AFTER).await;
+
+    let status = body(app.order_status(7, &order_token).await).await;
+    assert_eq!(status["status"], "confirmed", "{status}");
+    assert_eq!(status["quantity"], 1, "{status}");
+    assert_eq!(
+        app.stack
+            .redis
+            .field(&result_key, &order_token)
+            .unwrap()
+            .as_deref(),
+        Some("confirmed"),
+        "the answer from MySQL is written back, so the next poll needs Redis alone"
+    );
+    // Another buyer still learns nothing about it.
+    assert_error(
+        app.order_status(8, &order_token).await,
+        StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_token_of_the_last_sale_is_refused_once_the_product_is_put_up_afresh() {
+    let app = spawn_app().await;
+    app.open_sale(1, 5, 1).await;
+    let of_the_last_sale = app.token(7, 1).await;
+
+    // Nothing was sold, so this PUT is a new sale of the product, not a restock.
+    app.open_sale(1, 5, 1).await;
+    assert_error(
+        app.purchase(7, 1, &of_the_last_sale, 1).await,
+        StatusCode::FORBIDDEN,
+        "SALE_NOT_OPEN",
+    )
+    .await;
+    app.assert_nothing_taken(1, 5).await;
+
+    let of_this_sale = app.token(7, 1).await;
+    assert_eq!(
+        app.purchase(7, 1, &of_this_sale, 1).await.status(),
+        StatusCode::ACCEPTED
+    );
+}
+
+#[tokio::test]
+async fn a_token_stays_good_through_a_restock_of_its_sale() {
+    let app = spawn_app().await;
+    app.open_sale(1, 5, 1).await;
+    let token = app.token(7, 1).await;
+    // A unit sold makes the next PUT a restock of the running sale.
+    assert_eq!(app.buy(8, 1).await.status(), StatusCode::ACCEPTED);
+    let restock = app
+        .put_product(
+            1,
+            serde_json::json!({"name": "phone", "stock": 10, "per_user_limit": 1, "force": true}),
+        )
+        .await;
+    assert_eq!(
+        restock.status(),
+        StatusCode::OK,
+        "{:?}",
+        restock.text().await
+    );
+
+    assert_eq!(
+        app.purchase(7, 1, &token, 1).await.status(),
+        StatusCode::ACCEPTED
+    );
+}
