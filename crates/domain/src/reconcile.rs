@@ -48,15 +48,19 @@ impl DiscrepancyKind {
 
 /// Classifies one token. A flow younger than the grace window is still on its way
 /// (the message may be in the broker's check-back window) and is left alone.
+///
+/// An order without a flow is an orphan whether or not its stock was deducted: Redis never
+/// reserved a unit for it, so deducting one in MySQL would take a unit Redis still sells.
+/// Only an order whose flow vouches for it can be "stock not deducted".
 pub fn classify(facts: TokenFacts, now_ms: i64, grace_ms: i64) -> Option<DiscrepancyKind> {
     match (facts.flow, facts.has_order) {
         (Some(flow), false) if now_ms - flow.reserved_at_ms >= grace_ms => {
             Some(DiscrepancyKind::MissingOrder)
         }
-        (Some(_), false) => None,
-        (_, true) if !facts.has_stock_flow => Some(DiscrepancyKind::StockNotDeducted),
+        (Some(_), false) | (None, false) => None,
         (None, true) => Some(DiscrepancyKind::OrphanOrder),
-        (Some(_), true) | (None, false) => None,
+        (Some(_), true) if !facts.has_stock_flow => Some(DiscrepancyKind::StockNotDeducted),
+        (Some(_), true) => None,
     }
 }
 
@@ -111,6 +115,19 @@ mod tests {
             flow: None,
             has_order: true,
             has_stock_flow: true,
+        };
+        assert_eq!(
+            classify(facts, 0, GRACE),
+            Some(DiscrepancyKind::OrphanOrder)
+        );
+    }
+
+    #[test]
+    fn an_order_with_neither_a_flow_nor_a_stock_flow_is_an_orphan_not_a_deduction() {
+        let facts = TokenFacts {
+            flow: None,
+            has_order: true,
+            has_stock_flow: false,
         };
         assert_eq!(
             classify(facts, 0, GRACE),

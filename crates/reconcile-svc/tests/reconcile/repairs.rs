@@ -100,6 +100,40 @@ async fn an_order_whose_stock_was_not_deducted_is_deducted_once() {
 }
 
 #[tokio::test]
+async fn an_order_with_neither_a_flow_nor_a_stock_flow_is_reported_an_orphan_and_nothing_is_deducted()
+ {
+    let sale = Sale::open(GRACE_SECS).await;
+    // An order Redis never reserved, its stock not deducted in MySQL, which has units left.
+    let orphan = domain::OrderToken::random(crate::helpers::PRODUCT);
+    sale.write_order(&orphan, 9).await;
+    sale.sql(&format!(
+        "DELETE FROM stock_flow WHERE order_token = '{orphan}'"
+    ))
+    .await;
+    sale.sql("UPDATE product_stock SET stock = stock + 1").await;
+    assert_eq!(sale.mysql_stock().await, STOCK);
+
+    let report = reconcile(sale.settings(), Policy::Republish).await.unwrap();
+    let mut found = findings(&report);
+    found.sort_by_key(|(kind, _)| *kind);
+    // stock 10 + ordered 1 - initial 10: the orphan's unit is reported, not taken.
+    assert_eq!(
+        found,
+        [
+            ("mysql_drift", Outcome::Unresolved),
+            ("orphan_order", Outcome::Unresolved)
+        ]
+    );
+    assert_eq!(sale.mysql_stock().await, STOCK, "nothing was deducted");
+    assert_eq!(sale.redis_stock().await, STOCK);
+    assert_eq!(report.status, "unresolved");
+
+    let again = reconcile(sale.settings(), Policy::Republish).await.unwrap();
+    assert_eq!(findings(&again).len(), 2);
+    assert_eq!(sale.mysql_stock().await, STOCK);
+}
+
+#[tokio::test]
 async fn an_orphan_order_and_stock_drift_are_reported_with_their_numbers() {
     let sale = Sale::open(GRACE_SECS).await;
     sale.sell(1).await;
