@@ -1,8 +1,12 @@
 //! One batch of order messages → one MySQL transaction → "confirmed" in Redis.
 //!
 //! Failure policy: a message that can never succeed (undecodable, wrong version, values the
-//! store cannot hold) is recorded in `rejected_message` and acknowledged; anything that may
-//! pass (MySQL or Redis down, a lock timeout) hands the whole batch back to the broker, which
+//! store cannot hold) is recorded in `rejected_message` and acknowledged; an order MySQL
+//! refuses as it stands (its stock is short of what Redis sold, or the product has no stock
+//! row) is recorded in `unwritable_order`, unresolved, and the rest of its batch is written
+//! and acknowledged — retrying could not change it, and the innocent orders that share its
+//! batch would wait in the broker's retries and the DLQ with it. Anything that may pass
+//! (MySQL or Redis down, a lock timeout) hands the whole batch back to the broker, which
 //! redelivers it after its backoff — the write is idempotent, so redelivery is harmless.
 //!
 //! Traces: the batch's span (`consume_batch`) is a child of the first message's trace and
@@ -198,10 +202,14 @@ impl OrderWriter {
             .await
         {
             Ok(summary) => Some((summary, orders)),
-            // Some order decodes but can never be stored (a quantity or time beyond what the
-            // columns hold); the store checks before writing anything. Written one by one,
-            // only those are rejected instead of holding the whole batch back until the DLQ.
-            Err(StoreError::InvalidData(_)) => self.write_one_by_one(chunk).await,
+            // Some order can never be written: it decodes but the store cannot hold it (a
+            // quantity or time beyond what the columns hold), or MySQL refuses it (its stock
+            // is short of what Redis sold, or it has no stock row). The whole transaction
+            // rolled back. Written one by one, only those orders are set aside instead of
+            // holding the whole batch back until the DLQ.
+            Err(error) if matches!(error, StoreError::InvalidData(_)) || error.refuses_order() => {
+                self.write_one_by_one(chunk).await
+            }
             Err(error) => {
                 refused(&error);
                 None
@@ -225,9 +233,36 @@ impl OrderWriter {
         true
     }
 
-    /// One transaction per order: those the store refuses as invalid are rejected, the rest
-    /// written. `None` when any other failure hands the batch back (what was written stays;
-    /// redelivery skips it).
+    /// Records an order MySQL refuses for good as it stands; false when even that failed
+    /// (the batch then goes back, so the order is not lost).
+    async fn set_aside(
+        &self,
+        delivery: &Delivery,
+        order: &OrderPlaced,
+        error: &StoreError,
+    ) -> bool {
+        let reason = unwritable_reason(error);
+        if let Err(db_error) = self
+            .db
+            .record_unwritable_order(order, &delivery.msg_id, &reason)
+            .await
+        {
+            tracing::warn!(order = %short_token(&order.order_token), error = ?db_error, "Cannot record an order MySQL refused; retrying the batch.");
+            return false;
+        }
+        metrics::counter!("seckill_consumer_unwritable_total").increment(1);
+        tracing::error!(
+            order = %short_token(&order.order_token),
+            msg_id = %delivery.msg_id,
+            reason,
+            "MySQL refuses an order for good; it is recorded in unwritable_order for reconcile and a person, and the rest of its batch goes on."
+        );
+        true
+    }
+
+    /// One transaction per order: those the store refuses as invalid are rejected, those
+    /// MySQL refuses are set aside, the rest written. `None` when any other failure hands
+    /// the batch back (what was written stays; redelivery skips it).
     async fn write_one_by_one(
         &self,
         chunk: &[(&Delivery, OrderPlaced)],
@@ -247,6 +282,11 @@ impl OrderWriter {
                 }
                 Err(StoreError::InvalidData(reason)) => {
                     if !self.reject(delivery, &reason).await {
+                        return None;
+                    }
+                }
+                Err(error) if error.refuses_order() => {
+                    if !self.set_aside(delivery, order, &error).await {
                         return None;
                     }
                 }
@@ -303,13 +343,25 @@ fn order_spans(decoded: &[(&Delivery, OrderPlaced)]) -> Vec<tracing::Span> {
         .collect()
 }
 
+/// What `unwritable_order.reason` says of an order MySQL refuses.
+fn unwritable_reason(error: &StoreError) -> String {
+    match error {
+        StoreError::InsufficientStock { .. } => {
+            format!("stock exhausted in MySQL: {error} (Redis sold more units than MySQL holds)")
+        }
+        StoreError::UnknownProduct(_) => format!("unknown to MySQL: {error}"),
+        other => other.to_string(),
+    }
+}
+
 fn refused(error: &StoreError) {
     let retryable = error.is_retryable();
     if retryable {
         tracing::warn!(error = ?error, "Batch not written; the broker will redeliver it.");
     } else {
-        // Stock in MySQL disagrees with Redis: a person must look. The batch goes back and,
-        // after its retries, to the DLQ, where reconcile finds it.
+        // Not about one order (those are set aside): the schema or the server refuses the
+        // statements themselves. A person must look; the batch goes back and, after its
+        // retries, to the DLQ, where reconcile finds its flows.
         tracing::error!(error = ?error, "Batch refused by MySQL; it will be retried and then dead-lettered.");
     }
     metrics::counter!("seckill_consumer_batch_failures_total", "retryable" => retryable.to_string())

@@ -25,5 +25,5 @@ pub use repo::PutError;
 pub use migrate::{MIGRATIONS, create_database, migrate};
 pub use models::{
     DiscrepancyRecord, DiscrepancyRow, NewProduct, OrderFacts, OrderPageRow, OrderRow, ProductRow,
-    PutOutcome, RunRow, RunStatus, StockOp, WriteSummary,
+    PutOutcome, RunRow, RunStatus, StockOp, UnwritableOrderRow, WriteSummary,
 };

@@ -11,6 +11,7 @@ use domain::{OrderToken, ProductId, UserId};
 
 use crate::schema::{
     orders, product_stock, products, reconcile_discrepancy, reconcile_run, stock_flow,
+    unwritable_order,
 };
 
 /// The value of `orders.status` for every order the consumer writes: an order row exists
@@ -111,6 +112,25 @@ impl WriteSummary {
         self.duplicates += later.duplicates;
         self.stock_left.extend(later.stock_left);
     }
+}
+
+/// An order MySQL refused for good as it stands (`unwritable_order`): its batch was
+/// acknowledged without it, and it waits, unresolved, for a person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnwritableOrderRow {
+    pub order_token: String,
+    pub product_id: ProductId,
+    pub user_id: UserId,
+    pub quantity: u32,
+    pub reserved_at: DateTime<Utc>,
+    /// The message that carried it the last time it was refused.
+    pub msg_id: String,
+    /// Why, e.g. "stock exhausted in MySQL: …"; cut at 500 characters.
+    pub reason: String,
+    /// How often it was refused: redeliveries and re-publishes each count.
+    pub refusals: u32,
+    pub first_refused_at: DateTime<Utc>,
+    pub last_refused_at: DateTime<Utc>,
 }
 
 /// What MySQL holds for one order token, for reconcile.
@@ -376,6 +396,39 @@ pub(crate) struct NewDiscrepancy<'a> {
     pub action: &'a str,
     pub outcome: &'a str,
     pub detail: &'a str,
+}
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = unwritable_order)]
+#[diesel(check_for_backend(diesel::mysql::Mysql))]
+pub(crate) struct RawUnwritableOrder {
+    order_token: String,
+    product_id: u64,
+    user_id: u64,
+    quantity: u32,
+    reserved_at: NaiveDateTime,
+    msg_id: String,
+    reason: String,
+    refusals: u32,
+    first_refused_at: NaiveDateTime,
+    last_refused_at: NaiveDateTime,
+}
+
+impl From<RawUnwritableOrder> for UnwritableOrderRow {
+    fn from(raw: RawUnwritableOrder) -> Self {
+        Self {
+            order_token: raw.order_token,
+            product_id: ProductId(raw.product_id),
+            user_id: UserId(raw.user_id),
+            quantity: raw.quantity,
+            reserved_at: raw.reserved_at.and_utc(),
+            msg_id: raw.msg_id,
+            reason: raw.reason,
+            refusals: raw.refusals,
+            first_refused_at: raw.first_refused_at.and_utc(),
+            last_refused_at: raw.last_refused_at.and_utc(),
+        }
+    }
 }
 
 impl TryFrom<RawRun> for RunRow {

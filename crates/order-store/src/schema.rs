@@ -124,6 +124,26 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    use diesel::sql_types::*;
+
+    unwritable_order (order_token) {
+        #[max_length = 64]
+        order_token -> Varchar,
+        product_id -> Unsigned<BigInt>,
+        user_id -> Unsigned<BigInt>,
+        quantity -> Unsigned<Integer>,
+        reserved_at -> Datetime,
+        #[max_length = 128]
+        msg_id -> Varchar,
+        #[max_length = 500]
+        reason -> Varchar,
+        refusals -> Unsigned<Integer>,
+        first_refused_at -> Datetime,
+        last_refused_at -> Datetime,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     products,
     product_stock,
@@ -133,4 +153,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     reconcile_discrepancy,
     rejected_message,
     lease,
+    unwritable_order,
 );

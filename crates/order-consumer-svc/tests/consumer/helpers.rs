@@ -9,7 +9,7 @@ use order_consumer_svc::writer::OrderWriter;
 use order_queue::{
     BatchHandler, BatchVerdict, Delivery, LocalTransaction, MqRuntime, OrderPublisher, TxDecision,
 };
-use order_store::Db;
+use order_store::{Db, UnwritableOrderRow};
 use platform::Settings;
 use stock_cache::StockCache;
 use test_support::service::InProcessService;
@@ -83,6 +83,14 @@ impl TestWriter {
 
     pub async fn rejected(&self) -> Vec<RejectedRow> {
         rejected(&self.stack).await
+    }
+
+    /// The record of `order` in `unwritable_order`, if MySQL refused it.
+    pub async fn unwritable(&self, order: &OrderPlaced) -> Option<UnwritableOrderRow> {
+        self.db()
+            .unwritable_order(&order.order_token)
+            .await
+            .unwrap()
     }
 }
 

@@ -70,22 +70,70 @@ async fn a_batch_of_more_orders_than_one_transaction_takes_is_written_whole() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_refused_part_way_keeps_what_it_wrote_and_writes_nothing_twice_when_redelivered() {
+async fn an_order_beyond_mysql_stock_is_set_aside_while_the_rest_of_its_batch_across_products_is_written()
+ {
     let t = TestWriter::new().await;
-    t.put_product(1, 10).await;
+    t.put_product(1, 20).await;
     t.put_product(2, 1).await;
-    // The first transaction's orders, then one more than product 2 has left.
+    // One transaction's worth of product 1, then a transaction that mixes both products,
+    // where product 2 has one unit in MySQL for its two orders.
     let first = orders(1, ORDERS_PER_TRANSACTION as u64);
-    let second = orders(2, 2);
-    let batch = [message(&first), message(&second)];
+    let (p2_first, p2_second) = (order(2, 1), order(2, 2));
+    let mixed = [
+        order(1, 101),
+        p2_first.clone(),
+        order(1, 102),
+        p2_second.clone(),
+        order(1, 103),
+    ];
+    let mut batch = vec![message(&first)];
+    batch.extend(deliveries(&mixed));
 
-    assert_eq!(t.handle(&batch).await, BatchVerdict::RetryLater);
-    assert_eq!(t.handle(&batch).await, BatchVerdict::RetryLater);
+    assert_eq!(t.handle(&batch).await, BatchVerdict::Done);
 
-    assert_eq!(t.order_count(1).await, first.len() as i64);
-    assert_eq!(t.mysql_stock(1).await, 10 - first.len() as i64);
-    assert_eq!(t.order_count(2).await, 0);
-    assert_eq!(t.mysql_stock(2).await, 1);
+    let product_1: Vec<_> = first
+        .iter()
+        .chain([&mixed[0], &mixed[2], &mixed[4]])
+        .collect();
+    assert_eq!(t.order_count(1).await, product_1.len() as i64);
+    assert_eq!(t.mysql_stock(1).await, 20 - product_1.len() as i64);
+    assert_eq!((t.order_count(2).await, t.mysql_stock(2).await), (1, 0));
+    assert!(t.db().order(&p2_first.order_token).await.unwrap().is_some());
+    t.assert_confirmed(product_1.iter().copied().chain([&p2_first]))
+        .await;
+
+    // The order MySQL cannot take: not written, not confirmed, recorded with why.
+    assert!(
+        t.db()
+            .order(&p2_second.order_token)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(!t.confirmed(&p2_second.order_token).await);
+    let set_aside = t.unwritable(&p2_second).await.expect("it is recorded");
+    assert!(
+        set_aside.reason.contains("stock exhausted in MySQL"),
+        "{}",
+        set_aside.reason
+    );
+    assert_eq!(
+        (
+            set_aside.product_id,
+            set_aside.user_id,
+            set_aside.quantity,
+            set_aside.refusals
+        ),
+        (ProductId(2), p2_second.user_id, 1, 1)
+    );
+    assert_eq!(set_aside.msg_id, batch[4].msg_id);
+    assert!(t.rejected().await.is_empty());
+
+    // Redelivered, nothing is written twice and the refusal is counted again.
+    assert_eq!(t.handle(&batch).await, BatchVerdict::Done);
+    assert_eq!(t.order_count(1).await, product_1.len() as i64);
+    assert_eq!((t.order_count(2).await, t.mysql_stock(2).await), (1, 0));
+    assert_eq!(t.unwritable(&p2_second).await.unwrap().refusals, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -199,32 +247,34 @@ async fn orders_that_can_never_be_valid_are_rejected_not_retried() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_whose_product_lacks_mysql_stock_is_handed_back_whole_and_writes_nothing() {
+async fn orders_beyond_mysql_stock_are_set_aside_and_the_batch_is_acknowledged_not_retried() {
     let t = TestWriter::new().await;
     t.put_product(1, 2).await;
     let batch = orders(1, 3);
 
-    assert_eq!(
-        t.handle(&deliveries(&batch)).await,
-        BatchVerdict::RetryLater
-    );
+    assert_eq!(t.handle(&deliveries(&batch)).await, BatchVerdict::Done);
 
-    assert_eq!(t.order_count(1).await, 0);
-    assert_eq!(t.stock_flow_rows(1).await, 0);
-    assert_eq!(t.mysql_stock(1).await, 2);
-    for order in &batch {
-        assert!(!t.confirmed(&order.order_token).await);
-    }
+    assert_eq!(t.order_count(1).await, 2);
+    assert_eq!(t.stock_flow_rows(1).await, 2);
+    assert_eq!(t.mysql_stock(1).await, 0);
+    t.assert_confirmed(&batch[..2]).await;
+    assert!(!t.confirmed(&batch[2].order_token).await);
+    assert!(t.unwritable(&batch[0]).await.is_none());
+    assert!(t.unwritable(&batch[2]).await.is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_for_a_product_mysql_does_not_know_is_handed_back() {
+async fn an_order_for_a_product_mysql_does_not_know_is_set_aside_not_retried() {
     let t = TestWriter::new().await;
-    assert_eq!(
-        t.handle(&deliveries(&orders(9, 1))).await,
-        BatchVerdict::RetryLater
-    );
+    let unknown = order(9, 1);
+    assert_eq!(t.handle(&[delivery(&unknown)]).await, BatchVerdict::Done);
     assert_eq!(t.order_count(9).await, 0);
+    let set_aside = t.unwritable(&unknown).await.expect("it is recorded");
+    assert!(
+        set_aside.reason.contains("no stock row"),
+        "{}",
+        set_aside.reason
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use diesel::mysql::Mysql;
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
-use diesel::sql_types::{BigInt, Unsigned};
+use diesel::sql_types::{BigInt, Datetime, Integer, Unsigned, Varchar};
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
 use domain::{OrderPlaced, OrderToken, ProductId};
 use tracing::debug;
@@ -24,8 +24,22 @@ use tracing::debug;
 use super::{CHUNK, millis_to_datetime};
 use crate::db::Db;
 use crate::error::{Result, StoreError, is_write_race};
-use crate::models::{NewOrder, ORDER_CONFIRMED, OrderRow, RawOrder, StockOp, WriteSummary};
-use crate::schema::{orders, product_stock};
+use crate::models::{
+    NewOrder, ORDER_CONFIRMED, OrderRow, RawOrder, RawUnwritableOrder, StockOp, UnwritableOrderRow,
+    WriteSummary, truncate_chars,
+};
+use crate::schema::{orders, product_stock, unwritable_order};
+
+// VALUES() rather than a row alias: MariaDB has no row alias (as in `lease`).
+const RECORD_UNWRITABLE: &str = "\
+    INSERT INTO unwritable_order \
+        (order_token, product_id, user_id, quantity, reserved_at, msg_id, reason) \
+    VALUES (?, ?, ?, ?, ?, ?, ?) \
+    ON DUPLICATE KEY UPDATE \
+        refusals = refusals + 1, \
+        msg_id = VALUES(msg_id), \
+        reason = VALUES(reason), \
+        last_refused_at = CURRENT_TIMESTAMP(3)";
 
 /// How often a batch is run at most. The first attempt assumes every order is new; a
 /// unique-key collision (a redelivery, or a concurrent writer that got to the same tokens
@@ -95,6 +109,43 @@ impl Db {
         }
     }
 
+    /// Records an order MySQL refused for good as it stands ([`StoreError::refuses_order`]):
+    /// the consumer acknowledges its batch without it, and reconcile reports it unresolved
+    /// with `reason` until a person settles it. Recording it again (a redelivery, a
+    /// re-publish refused again) counts one more refusal and keeps the latest reason.
+    pub async fn record_unwritable_order(
+        &self,
+        order: &OrderPlaced,
+        msg_id: &str,
+        reason: &str,
+    ) -> Result<()> {
+        let reserved_at = millis_to_datetime(order.reserved_at_ms)?;
+        let mut conn = self.conn().await?;
+        diesel::sql_query(RECORD_UNWRITABLE)
+            .bind::<Varchar, _>(order.order_token.to_string())
+            .bind::<Unsigned<BigInt>, _>(order.product_id.get())
+            .bind::<Unsigned<BigInt>, _>(order.user_id.get())
+            .bind::<Unsigned<Integer>, _>(order.quantity)
+            .bind::<Datetime, _>(reserved_at)
+            .bind::<Varchar, _>(truncate_chars(msg_id, 128))
+            .bind::<Varchar, _>(truncate_chars(reason, 500))
+            .execute(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// The record of an order MySQL refused, if it was ever refused.
+    pub async fn unwritable_order(&self, token: &OrderToken) -> Result<Option<UnwritableOrderRow>> {
+        let mut conn = self.conn().await?;
+        let raw = unwritable_order::table
+            .find(token.to_string())
+            .select(RawUnwritableOrder::as_select())
+            .first(&mut conn)
+            .await
+            .optional()?;
+        Ok(raw.map(UnwritableOrderRow::from))
+    }
+
     pub async fn order(&self, token: &OrderToken) -> Result<Option<OrderRow>> {
         let mut conn = self.conn().await?;
         let raw = orders::table
@@ -104,6 +155,21 @@ impl Db {
             .await
             .optional()?;
         Ok(raw.map(|raw| raw.into_row(token.clone())))
+    }
+}
+
+impl StoreError {
+    /// True when MySQL refuses the order written, as it stands, however often it is tried:
+    /// the conditional stock update cannot succeed (MySQL holds fewer units than the order
+    /// takes) or the product has no stock row. Only a person changes that (a restock in
+    /// MySQL), so the consumer records such an order ([`Db::record_unwritable_order`]) and
+    /// goes on with its batch instead of retrying the batch until the dead-letter queue.
+    /// Of a batch written whole, it means that some order of the batch is refused.
+    pub fn refuses_order(&self) -> bool {
+        matches!(
+            self,
+            Self::InsufficientStock { .. } | Self::UnknownProduct(_)
+        )
     }
 }
 

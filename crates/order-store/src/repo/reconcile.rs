@@ -15,9 +15,10 @@ use crate::db::Db;
 use crate::error::{Result, StoreError};
 use crate::models::{
     DiscrepancyRecord, DiscrepancyRow, NewDiscrepancy, NewStockFlow, OrderFacts, OrderPageRow,
-    RawDiscrepancy, RawRun, RunRow, RunStatus, StockOp, truncate_chars,
+    RawDiscrepancy, RawRun, RawUnwritableOrder, RunRow, RunStatus, StockOp, UnwritableOrderRow,
+    truncate_chars,
 };
-use crate::schema::{orders, reconcile_discrepancy, reconcile_run, stock_flow};
+use crate::schema::{orders, reconcile_discrepancy, reconcile_run, stock_flow, unwritable_order};
 
 impl Db {
     /// The orders of `product` among `tokens`, with whether each has its stock_flow row.
@@ -55,6 +56,34 @@ impl Db {
             }));
         }
         Ok(facts)
+    }
+
+    /// The records of the orders among `tokens` that MySQL refused
+    /// ([`Db::record_unwritable_order`]), by token. One query per 1000 tokens.
+    pub async fn unwritable_orders_for_tokens(
+        &self,
+        product: ProductId,
+        tokens: &[String],
+    ) -> Result<HashMap<String, UnwritableOrderRow>> {
+        let mut found = HashMap::new();
+        if tokens.is_empty() {
+            return Ok(found);
+        }
+        let mut conn = self.conn().await?;
+        for chunk in tokens.chunks(CHUNK) {
+            let rows = unwritable_order::table
+                .filter(unwritable_order::product_id.eq(product.get()))
+                .filter(unwritable_order::order_token.eq_any(chunk))
+                .select(RawUnwritableOrder::as_select())
+                .load(&mut conn)
+                .await?;
+            found.extend(
+                rows.into_iter()
+                    .map(UnwritableOrderRow::from)
+                    .map(|row| (row.order_token.clone(), row)),
+            );
+        }
+        Ok(found)
     }
 
     /// Up to `limit` orders of `product` with `id > after_id`, in id order (keyset

@@ -8,7 +8,7 @@ use diesel_migrations::MigrationHarness;
 use order_store::migrate::{MIGRATIONS, with_migration_lock};
 use test_support::mysql::TestDb;
 
-const TABLES: i64 = 8;
+const TABLES: i64 = 9;
 
 async fn tables(test_db: &TestDb) -> i64 {
     let mut conn = AsyncMysqlConnection::establish(test_db.url())

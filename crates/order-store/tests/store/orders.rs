@@ -157,6 +157,7 @@ async fn insufficient_stock_rolls_back_the_whole_batch() {
         "{error:?}"
     );
     assert!(!error.is_retryable());
+    assert!(error.refuses_order());
     assert_eq!(count(&test_db, "orders").await, 0);
     assert_eq!(count(&test_db, "stock_flow").await, 0);
     assert_eq!(db.stock(ProductId(1)).await.unwrap(), Some(10));
@@ -237,4 +238,56 @@ async fn an_order_whose_stock_flow_row_exists_already_fails_the_batch_retryably(
     // The pool's connections are still fine for the next batch.
     let summary = db.write_orders(&batch[..1]).await.unwrap();
     assert_eq!(summary.stock_left, [(ProductId(1), 9)]);
+}
+
+#[tokio::test]
+async fn an_order_mysql_refuses_is_recorded_once_and_each_refusal_counted() {
+    let test_db = TestDb::create().await;
+    let db = test_db.db();
+    put_product(db, 1, 0).await;
+    let refused = order(1, 100, 2);
+    let error = db
+        .write_orders(std::slice::from_ref(&refused))
+        .await
+        .unwrap_err();
+    assert!(error.refuses_order(), "{error:?}");
+    assert!(
+        db.unwritable_order(&refused.order_token)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    db.record_unwritable_order(&refused, "msg-1", "stock exhausted in MySQL")
+        .await
+        .unwrap();
+    db.record_unwritable_order(&refused, "msg-2", "stock exhausted in MySQL, again")
+        .await
+        .unwrap();
+
+    let row = db
+        .unwritable_order(&refused.order_token)
+        .await
+        .unwrap()
+        .expect("recorded");
+    assert_eq!(row.order_token, refused.order_token.to_string());
+    assert_eq!(
+        (row.product_id, row.user_id, row.quantity, row.refusals),
+        (ProductId(1), refused.user_id, 2, 2)
+    );
+    assert_eq!(
+        (row.msg_id.as_str(), row.reason.as_str()),
+        ("msg-2", "stock exhausted in MySQL, again")
+    );
+    assert_eq!(row.reserved_at.timestamp_millis(), RESERVED_AT_MS);
+    assert_eq!(count(&test_db, "unwritable_order").await, 1);
+    let by_token = db
+        .unwritable_orders_for_tokens(
+            ProductId(1),
+            &[refused.order_token.to_string(), "1-x".into()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(by_token.len(), 1);
+    assert_eq!(by_token[&refused.order_token.to_string()], row);
 }
