@@ -65,6 +65,14 @@ pub struct ReconcileSettings {
     pub grace_secs: u64,
     pub policy: String,
     pub scan_batch: usize,
+    /// How long the lease of one run lasts between renewals (a run renews it every third of
+    /// this while it lasts); a runner that dies lets it expire after this.
+    #[serde(default = "default_reconcile_lease_secs")]
+    pub lease_secs: u64,
+}
+
+fn default_reconcile_lease_secs() -> u64 {
+    900
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -12,23 +12,25 @@
 //! Metrics: runs by status, discrepancies by kind, repairs by action and outcome, the last
 //! run's unresolved count, per-product drift and stock, last run time and duration.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use chrono::{SecondsFormat, Utc};
 use domain::reconcile::{DiscrepancyKind, FlowFact, TokenFacts, classify, drift};
 use domain::{FlowRecord, FlowState, OrderPlaced, OrderToken, ProductId};
 use order_queue::OrderPublisher;
-use order_store::{Db, DiscrepancyRecord, RunStatus};
+use order_store::{Db, DiscrepancyRecord, RunStatus, UnwritableOrderRow};
 use platform::telemetry::{ORDER_TOKEN_ATTRIBUTE, annotate, short_token};
 use stock_cache::{ReleaseOutcome, StockCache};
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use crate::lease::{Lease, renewed_while};
 use crate::report::{Action, Finding, Outcome, ProductReport, Report};
+use crate::room::MysqlRoom;
 
 /// What to do with a missing order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,8 +67,6 @@ impl Policy {
         }
     }
 }
-
-const LEASE: &str = "reconcile";
 
 pub struct Auditor {
     pub db: Db,
@@ -107,18 +107,27 @@ impl FromStr for ManualAction {
     }
 }
 
+/// What pass 1 (every flow against MySQL) leaves for the steps after it.
+#[derive(Default)]
+struct FlowScan {
+    /// Orders pass 1 matched to a flow: pass 2 looks for orphans only if some order is not.
+    matched_orders: u64,
+    /// Flows past the grace window without an order, each once, settled after the scan,
+    /// once MySQL's room for them is known.
+    missing: Vec<(OrderToken, FlowRecord)>,
+    /// Units of the flows still within the grace window without an order: on their way to
+    /// MySQL, they will take its stock before anything re-published now.
+    in_flight_units: i64,
+}
+
 impl Auditor {
-    /// One run under the lease. Err when the run could not happen at all (lease taken,
-    /// a store down); discrepancies are in the report, not errors.
+    /// One run under the lease, renewed while the run lasts. Err when the run could not
+    /// happen at all (lease taken, a store down) or lost its lease; discrepancies are in the
+    /// report, not errors.
     pub async fn run(&self, policy: Policy, only: Option<ProductId>) -> anyhow::Result<Report> {
-        if !self
-            .db
-            .try_lease(LEASE, &self.holder, self.lease_ttl)
-            .await
-            .context("cannot take the reconcile lease")?
-        {
+        let Some(lease) = Lease::take(&self.db, &self.holder, self.lease_ttl).await? else {
             anyhow::bail!("another reconcile run holds the lease; try again later");
-        }
+        };
         let span = tracing::info_span!(
             parent: None,
             "reconcile_run",
@@ -129,22 +138,24 @@ impl Auditor {
         );
         // Boxed: a run's future is large, and a daemon's task (or a test's thread) holds
         // it on its stack otherwise.
-        let result = Box::pin(self.run_leased(policy, only))
-            .instrument(span.clone())
-            .await;
+        let run = Box::pin(self.run_leased(policy, only, &lease)).instrument(span.clone());
+        let result = renewed_while(&lease, run).await;
         let status = match &result {
             Ok(report) => report.status.clone(),
             Err(_) => RunStatus::Failed.as_str().to_owned(),
         };
         span.record("status", status.as_str());
         metrics::counter!("seckill_reconcile_runs_total", "status" => status).increment(1);
-        if let Err(error) = self.db.release_lease(LEASE, &self.holder).await {
-            tracing::warn!(error = ?error, "Cannot release the reconcile lease; it expires by itself.");
-        }
+        lease.release().await;
         result
     }
 
-    async fn run_leased(&self, policy: Policy, only: Option<ProductId>) -> anyhow::Result<Report> {
+    async fn run_leased(
+        &self,
+        policy: Policy,
+        only: Option<ProductId>,
+        lease: &Lease<'_>,
+    ) -> anyhow::Result<Report> {
         let started = std::time::Instant::now();
         let started_at = now_rfc3339();
         let label = if self.dry_run {
@@ -162,7 +173,7 @@ impl Auditor {
         let mut outcome = Ok(());
         for product in products {
             let mut findings = Vec::new();
-            let audited = Box::pin(self.audit_product(product, policy, &mut findings))
+            let audited = Box::pin(self.audit_product(product, policy, lease, &mut findings))
                 .instrument(tracing::info_span!("reconcile_product", product_id = %product))
                 .await;
             match audited {
@@ -222,10 +233,14 @@ impl Auditor {
         }
     }
 
+    /// One product, in steps: every flow against MySQL, the missing orders settled, every
+    /// order against Redis, then the totals of each store. The lease is checked between
+    /// steps (and pages): a run that lost it stops there.
     async fn audit_product(
         &self,
         product: ProductId,
         policy: Policy,
+        lease: &Lease<'_>,
         findings: &mut Vec<Finding>,
     ) -> anyhow::Result<Option<ProductReport>> {
         let Some(row) = self.db.product(product).await? else {
@@ -237,20 +252,60 @@ impl Auditor {
             initial_stock: row.initial_stock,
             ..ProductReport::default()
         };
-        let grace_ms = i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX);
-        let now_ms = Utc::now().timestamp_millis();
         // Redis stock before the scan: if it moves during the scan (buyers, releases other
         // than ours), the scanned flows and the stock are from different moments.
         let redis_stock_before = self.cache.stock(product).await?;
-        let mut restored_units = 0;
+        let scan = self
+            .scan_flows(product, lease, &mut report, findings)
+            .await?;
+        lease.check()?;
+        let matched_orders = scan.matched_orders;
+        let restored_units = self
+            .settle_missing(product, policy, scan, lease, &mut report, findings)
+            .await?;
+        self.scan_orders(product, matched_orders, lease, &mut report, findings)
+            .await?;
+        lease.check()?;
 
-        // Pass 1: every flow against MySQL. HSCAN may return a field twice while Redis
-        // rehashes; repairs are idempotent, so the worst is a count off by a little.
-        // The next page is scanned while MySQL answers for this one: the audit is bound by
-        // round trips, not by CPU.
-        let mut matched_orders: u64 = 0;
+        // Totals, read after the repairs above.
+        self.judge_redis(
+            product,
+            meta.map(|m| m.initial_stock),
+            redis_stock_before.map(|s| s + restored_units),
+            &mut report,
+            findings,
+        )
+        .await?;
+        self.judge_mysql(product, row.initial_stock, &mut report, findings)
+            .await?;
+        for finding in findings.iter() {
+            *report
+                .found
+                .entry(finding.kind.as_str().to_owned())
+                .or_default() += 1;
+        }
+        Ok(Some(report))
+    }
+
+    /// Pass 1: every flow against MySQL. Orders whose stock was not deducted are deducted
+    /// here; flows missing their order are collected for [`Auditor::settle_missing`]. HSCAN
+    /// may return a field twice while Redis rehashes: the worst is a count off by a little,
+    /// and a missing order is collected once. The next page is scanned while MySQL answers
+    /// for this one: the audit is bound by round trips, not by CPU.
+    async fn scan_flows(
+        &self,
+        product: ProductId,
+        lease: &Lease<'_>,
+        report: &mut ProductReport,
+        findings: &mut Vec<Finding>,
+    ) -> anyhow::Result<FlowScan> {
+        let grace_ms = self.grace_ms();
+        let now_ms = Utc::now().timestamp_millis();
+        let mut scan = FlowScan::default();
+        let mut collected = HashSet::new();
         let mut page = self.cache.scan_flows(product, 0, self.scan_batch).await?;
         loop {
+            lease.check()?;
             let tokens: Vec<String> = page.flows.iter().map(|(t, _)| t.to_string()).collect();
             let next_cursor = page.next_cursor;
             let (orders, next_page) =
@@ -269,7 +324,7 @@ impl Auditor {
                 report.flows += 1;
                 report.flow_units += i64::from(flow.quantity);
                 let order = orders.get(text);
-                matched_orders += u64::from(order.is_some());
+                scan.matched_orders += u64::from(order.is_some());
                 let facts = TokenFacts {
                     flow: Some(FlowFact {
                         reserved_at_ms: flow.reserved_at_ms,
@@ -280,21 +335,9 @@ impl Auditor {
                 };
                 match classify(facts, now_ms, grace_ms) {
                     Some(DiscrepancyKind::MissingOrder) => {
-                        let finding = traced_repair(
-                            token,
-                            DiscrepancyKind::MissingOrder,
-                            self.repair_missing(token, flow, policy),
-                        )
-                        .await;
-                        if (finding.action, finding.outcome) == (Action::Restore, Outcome::Repaired)
-                        {
-                            // The flow is gone and its units are back in stock: the totals
-                            // below are read after the repair, so stop counting it.
-                            report.flows -= 1;
-                            report.flow_units -= i64::from(flow.quantity);
-                            restored_units += i64::from(flow.quantity);
+                        if collected.insert(text.clone()) {
+                            scan.missing.push((token.clone(), flow.clone()));
                         }
-                        findings.push(finding);
                     }
                     Some(DiscrepancyKind::StockNotDeducted) => {
                         findings.push(
@@ -307,7 +350,10 @@ impl Auditor {
                         );
                     }
                     Some(other) => findings.push(reported(product, other, Some(text), "")),
-                    None if order.is_none() => report.in_flight += 1,
+                    None if order.is_none() => {
+                        report.in_flight += 1;
+                        scan.in_flight_units += i64::from(flow.quantity);
+                    }
                     None => {}
                 }
             }
@@ -324,23 +370,86 @@ impl Auditor {
                 None => break,
             }
         }
+        Ok(scan)
+    }
 
-        // Pass 2: every order against Redis, for the orders that have no flow. Skipped
-        // when pass 1 matched every order to a flow: then there is no orphan to find.
-        let order_count = u64::try_from(self.db.order_count(product).await?).unwrap_or(0);
-        let mut after_id = 0;
-        let orphans_possible = order_count != matched_orders;
-        if !orphans_possible {
-            report.orders = order_count;
+    /// The missing orders of pass 1, by policy, the earliest reserved first (they were sold
+    /// first). A re-publish needs room in MySQL ([`MysqlRoom`]): its stock as it is now,
+    /// less the orders on their way. Returns the units `restore` put back on sale.
+    async fn settle_missing(
+        &self,
+        product: ProductId,
+        policy: Policy,
+        mut scan: FlowScan,
+        lease: &Lease<'_>,
+        report: &mut ProductReport,
+        findings: &mut Vec<Finding>,
+    ) -> anyhow::Result<i64> {
+        if scan.missing.is_empty() {
+            return Ok(0);
         }
+        scan.missing.sort_by_key(|(_, flow)| flow.reserved_at_ms);
+        let mut room = self.mysql_room(product, scan.in_flight_units).await?;
+        let tokens: Vec<String> = scan.missing.iter().map(|(t, _)| t.to_string()).collect();
+        let refused = self
+            .db
+            .unwritable_orders_for_tokens(product, &tokens)
+            .await?;
+        let mut restored_units = 0;
+        for ((token, flow), text) in scan.missing.iter().zip(&tokens) {
+            lease.check()?;
+            let repair = self.repair_missing(token, flow, policy, &mut room, refused.get(text));
+            let finding = traced_repair(token, DiscrepancyKind::MissingOrder, repair).await;
+            if (finding.action, finding.outcome) == (Action::Restore, Outcome::Repaired) {
+                // The flow is gone and its units are back in stock: the totals are read
+                // after the repairs, so stop counting it.
+                report.flows -= 1;
+                report.flow_units -= i64::from(flow.quantity);
+                restored_units += i64::from(flow.quantity);
+            }
+            findings.push(finding);
+        }
+        Ok(restored_units)
+    }
+
+    fn grace_ms(&self) -> i64 {
+        i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// MySQL's room for re-publishing `product`'s orders now; no stock row is no room.
+    async fn mysql_room(
+        &self,
+        product: ProductId,
+        in_flight_units: i64,
+    ) -> anyhow::Result<MysqlRoom> {
+        let stock = self.db.stock(product).await?.unwrap_or(0);
+        Ok(MysqlRoom::new(stock, in_flight_units))
+    }
+
+    /// Pass 2: every order against Redis, for the orders that have no flow. Skipped when
+    /// pass 1 matched every order to a flow: then there is no orphan to find. An order
+    /// without a flow is reported, never deducted (see [`classify`]).
+    async fn scan_orders(
+        &self,
+        product: ProductId,
+        matched_orders: u64,
+        lease: &Lease<'_>,
+        report: &mut ProductReport,
+        findings: &mut Vec<Finding>,
+    ) -> anyhow::Result<()> {
+        let order_count = u64::try_from(self.db.order_count(product).await?).unwrap_or(0);
+        if order_count == matched_orders {
+            report.orders = order_count;
+            return Ok(());
+        }
+        let limit = u32::try_from(self.scan_batch).unwrap_or(u32::MAX);
+        let mut after_id = 0;
         loop {
-            let page = if orphans_possible {
-                let limit = u32::try_from(self.scan_batch).unwrap_or(u32::MAX);
-                self.db.orders_page(product, after_id, limit).await?
-            } else {
-                Vec::new()
+            lease.check()?;
+            let page = self.db.orders_page(product, after_id, limit).await?;
+            let Some(last) = page.last() else {
+                return Ok(());
             };
-            let Some(last) = page.last() else { break };
             after_id = last.id;
             let tokens: Vec<String> = page.iter().map(|o| o.order_token.clone()).collect();
             let has_flow = self.cache.flows_exist(product, &tokens).await?;
@@ -355,78 +464,85 @@ impl Auditor {
                     has_order: true,
                     has_stock_flow: order.has_stock_flow,
                 };
-                match (classify(facts, now_ms, grace_ms), order.order_token.parse()) {
-                    (Some(DiscrepancyKind::StockNotDeducted), Ok(token)) => {
-                        findings.push(
-                            traced_repair(
-                                &token,
-                                DiscrepancyKind::StockNotDeducted,
-                                self.repair_deduct(&token),
-                            )
-                            .await,
-                        );
-                    }
-                    (Some(kind), _) => {
-                        findings.push(reported(product, kind, Some(&order.order_token), ""))
-                    }
-                    (None, _) => {}
+                let now_ms = Utc::now().timestamp_millis();
+                if let Some(kind) = classify(facts, now_ms, self.grace_ms()) {
+                    let detail = if order.has_stock_flow {
+                        "no flow in Redis"
+                    } else {
+                        "no flow in Redis and no stock_flow: nothing deducted for it, and \
+                         nothing is (Redis never reserved its unit)"
+                    };
+                    findings.push(reported(product, kind, Some(&order.order_token), detail));
                 }
             }
         }
+    }
 
-        // Totals, read after the repairs above.
+    /// Redis stock + units in flows = initial, when the stock did not move during the scan
+    /// (`expected_stock`: the stock before the scan, plus what restore gave back).
+    async fn judge_redis(
+        &self,
+        product: ProductId,
+        initial: Option<i64>,
+        expected_stock: Option<i64>,
+        report: &mut ProductReport,
+        findings: &mut Vec<Finding>,
+    ) -> anyhow::Result<()> {
         report.redis_stock = self.cache.stock(product).await?;
         if let Some(stock) = report.redis_stock {
             platform::ops::record_stock(product.get(), "redis", stock);
         }
-        let redis_settled = redis_stock_before.map(|s| s + restored_units) == report.redis_stock;
-        match (&meta, report.redis_stock) {
-            (Some(meta), Some(stock)) if redis_settled => {
-                let gap = drift(meta.initial_stock, stock, report.flow_units);
-                drift_gauge(product, "redis", gap);
-                if let Some(gap) = gap {
-                    findings.push(reported(
-                        product,
-                        DiscrepancyKind::RedisDrift,
-                        None,
-                        &format!(
-                            "redis stock {stock} + flow units {} - initial {} = {gap}",
-                            report.flow_units, meta.initial_stock
-                        ),
-                    ));
-                }
-            }
-            (Some(_), Some(_)) => {
-                report.redis_live = true;
-                tracing::info!(product_id = %product, "Redis stock moved during the scan; its drift check waits for a quiet run.");
-            }
-            _ => {}
+        let (Some(initial), Some(stock)) = (initial, report.redis_stock) else {
+            return Ok(());
+        };
+        if expected_stock != Some(stock) {
+            report.redis_live = true;
+            tracing::info!(product_id = %product, "Redis stock moved during the scan; its drift check waits for a quiet run.");
+            return Ok(());
         }
-        if let Some((stock, ordered)) = self.db.stock_and_ordered(product).await? {
-            report.mysql_stock = Some(stock);
-            report.ordered_units = ordered;
-            platform::ops::record_stock(product.get(), "mysql", stock);
-            let gap = drift(row.initial_stock, stock, ordered);
-            drift_gauge(product, "mysql", gap);
-            if let Some(gap) = gap {
-                findings.push(reported(
-                    product,
-                    DiscrepancyKind::MysqlDrift,
-                    None,
-                    &format!(
-                        "mysql stock {stock} + ordered units {ordered} - initial {} = {gap}",
-                        row.initial_stock
-                    ),
-                ));
-            }
+        let gap = drift(initial, stock, report.flow_units);
+        drift_gauge(product, "redis", gap);
+        if let Some(gap) = gap {
+            findings.push(reported(
+                product,
+                DiscrepancyKind::RedisDrift,
+                None,
+                &format!(
+                    "redis stock {stock} + flow units {} - initial {initial} = {gap}",
+                    report.flow_units
+                ),
+            ));
         }
-        for finding in findings.iter() {
-            *report
-                .found
-                .entry(finding.kind.as_str().to_owned())
-                .or_default() += 1;
+        Ok(())
+    }
+
+    /// MySQL stock + units ordered = initial, both read in one statement.
+    async fn judge_mysql(
+        &self,
+        product: ProductId,
+        initial: i64,
+        report: &mut ProductReport,
+        findings: &mut Vec<Finding>,
+    ) -> anyhow::Result<()> {
+        let Some((stock, ordered)) = self.db.stock_and_ordered(product).await? else {
+            return Ok(());
+        };
+        report.mysql_stock = Some(stock);
+        report.ordered_units = ordered;
+        platform::ops::record_stock(product.get(), "mysql", stock);
+        let gap = drift(initial, stock, ordered);
+        drift_gauge(product, "mysql", gap);
+        if let Some(gap) = gap {
+            findings.push(reported(
+                product,
+                DiscrepancyKind::MysqlDrift,
+                None,
+                &format!(
+                    "mysql stock {stock} + ordered units {ordered} - initial {initial} = {gap}"
+                ),
+            ));
         }
-        Ok(Some(report))
+        Ok(())
     }
 
     /// One repair an operator asked for, under the lease and recorded as a run of its own.
@@ -435,18 +551,11 @@ impl Auditor {
         token: &OrderToken,
         action: ManualAction,
     ) -> anyhow::Result<Finding> {
-        if !self
-            .db
-            .try_lease(LEASE, &self.holder, self.lease_ttl)
-            .await
-            .context("cannot take the reconcile lease")?
-        {
+        let Some(lease) = Lease::take(&self.db, &self.holder, self.lease_ttl).await? else {
             anyhow::bail!("a reconcile run holds the lease; try again when it has finished");
-        }
-        let result = self.repair_token_leased(token, action).await;
-        if let Err(error) = self.db.release_lease(LEASE, &self.holder).await {
-            tracing::warn!(error = ?error, "Cannot release the reconcile lease; it expires by itself.");
-        }
+        };
+        let result = renewed_while(&lease, self.repair_token_leased(token, action)).await;
+        lease.release().await;
         result
     }
 
@@ -470,10 +579,13 @@ impl Auditor {
                 .await
             }
             (ManualAction::Republish, Some(flow)) => {
+                // Nothing else is being re-published: the room is MySQL's stock.
+                let mut room = self.mysql_room(product, 0).await?;
+                let refused = self.db.unwritable_order(token).await?;
                 traced_repair(
                     token,
                     DiscrepancyKind::MissingOrder,
-                    self.republish(token, &flow),
+                    self.republish(token, &flow, &mut room, refused.as_ref()),
                 )
                 .await
             }
@@ -542,6 +654,8 @@ impl Auditor {
         token: &OrderToken,
         flow: &FlowRecord,
         policy: Policy,
+        room: &mut MysqlRoom,
+        refused: Option<&UnwritableOrderRow>,
     ) -> Finding {
         let finding = |action, outcome, detail: String| Finding {
             product_id: token.product_id().get(),
@@ -557,12 +671,12 @@ impl Auditor {
                 Outcome::Unresolved,
                 "left for a person by policy".into(),
             ),
-            Policy::Republish => self.republish(token, flow).await,
+            Policy::Republish => self.republish(token, flow, room, refused).await,
             Policy::Restore => {
                 let restored = self.restore(token, flow).await;
                 // A committed message must become an order: restoring would sell twice.
                 if flow.state == FlowState::Committed && !self.dry_run {
-                    self.republish(token, flow).await
+                    self.republish(token, flow, room, refused).await
                 } else {
                     restored
                 }
@@ -570,7 +684,17 @@ impl Auditor {
         }
     }
 
-    async fn republish(&self, token: &OrderToken, flow: &FlowRecord) -> Finding {
+    /// Confirms the flow and sends its order again — only when MySQL has `room` for it: an
+    /// order MySQL cannot take would be refused by the consumer, so its re-publish repairs
+    /// nothing and is reported unresolved instead, with why (`refused`: the consumer's
+    /// record of refusing it before), and the flow is left as it is.
+    async fn republish(
+        &self,
+        token: &OrderToken,
+        flow: &FlowRecord,
+        room: &mut MysqlRoom,
+        refused: Option<&UnwritableOrderRow>,
+    ) -> Finding {
         let finding = |outcome, detail: String| Finding {
             product_id: token.product_id().get(),
             kind: DiscrepancyKind::MissingOrder,
@@ -579,6 +703,10 @@ impl Auditor {
             outcome,
             detail,
         };
+        if let Err(why) = room.take(flow.quantity, refused) {
+            tracing::error!(order = %short_token(token), why, "A missing order MySQL cannot take; reported unresolved.");
+            return finding(Outcome::Unresolved, why);
+        }
         if self.dry_run {
             return finding(Outcome::WouldRepair, "would confirm and re-publish".into());
         }

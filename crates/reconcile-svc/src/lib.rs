@@ -3,11 +3,15 @@
 //! a daemon on the cron schedule from the settings.
 //!
 //! - [`audit`]: one run — classify, repair, record.
+//! - [`lease`]: one run at a time, the lease renewed while a run lasts.
+//! - [`room`]: whether MySQL can still take an order reconcile would re-publish.
 //! - [`report`]: the JSON report and the terminal table.
 //! - [`startup`]: wiring, the daemon's schedule and its HTTP endpoints.
 
 pub mod audit;
+pub mod lease;
 pub mod report;
+pub mod room;
 pub mod startup;
 
 pub use audit::{Auditor, ManualAction, Policy};

@@ -81,7 +81,7 @@ impl Application {
             grace: Duration::from_secs(settings.reconcile.grace_secs),
             scan_batch: settings.reconcile.scan_batch.max(1),
             holder,
-            lease_ttl: Duration::from_secs(15 * 60),
+            lease_ttl: Duration::from_secs(settings.reconcile.lease_secs.max(1)),
             dry_run,
         });
         Ok(Self {

@@ -2,7 +2,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use deadpool_redis::redis::AsyncCommands;
-use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
 use domain::{OrderPlaced, OrderToken, PreDeductOutcome, ProductId, UserId};
 use platform::Settings;
 use reconcile_svc::report::{Finding, Outcome, Report};
@@ -72,6 +72,14 @@ impl Sale {
             .execute(&mut conn)
             .await
             .unwrap();
+    }
+
+    /// `statements` over the text protocol, for what cannot be prepared (a trigger).
+    pub async fn batch_sql(&self, statements: &str) {
+        let mut conn = AsyncMysqlConnection::establish(self.stack.db.url())
+            .await
+            .unwrap();
+        conn.batch_execute(statements).await.unwrap();
     }
 
     pub async fn set_redis_stock(&self, stock: i64) {

@@ -5,5 +5,7 @@
 mod cli;
 mod dead_letters;
 mod helpers;
+mod lease;
 mod operator;
+mod oversold;
 mod repairs;
