@@ -15,7 +15,7 @@ use platform::ops::{self, OpsState};
 use platform::runtime::SideRuntime;
 use platform::shutdown::Shutdown;
 use secrecy::ExposeSecret;
-use stock_cache::StockCache;
+use stock_cache::{ReplicaWait, StockCache};
 
 use crate::identity::IdentityConfig;
 use crate::openapi::Document;
@@ -45,6 +45,15 @@ fn token_signer(settings: &Settings) -> anyhow::Result<TokenSigner> {
         .collect();
     TokenSigner::new(settings.tokens.current_key_id.clone(), keys)
         .context("the purchase-token keys are invalid")
+}
+
+/// `redis.wait_replicas` and `redis.wait_timeout_ms` (0: `redis.timeout_ms`).
+fn replica_wait(redis: &platform::settings::RedisSettings) -> Option<ReplicaWait> {
+    let timeout_ms = match redis.wait_timeout_ms {
+        0 => redis.timeout_ms,
+        ms => ms,
+    };
+    ReplicaWait::new(redis.wait_replicas, Duration::from_millis(timeout_ms))
 }
 
 /// What the HTTP workers share, and the settings each opens its own connections with.
@@ -103,7 +112,8 @@ impl Application {
         let redis = &settings.redis;
         let redis_timeout = Duration::from_millis(redis.timeout_ms);
         let cache = StockCache::new(&redis.url, 2, &redis.key_prefix, redis_timeout)
-            .context("cannot set up Redis")?;
+            .context("cannot set up Redis")?
+            .waiting_for_replicas(replica_wait(redis));
         let mysql_url = settings.mysql.url.expose_secret();
         order_store::migrate(mysql_url)
             .await

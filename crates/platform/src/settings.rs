@@ -81,6 +81,13 @@ pub struct RedisSettings {
     pub key_prefix: String,
     pub pool_size: usize,
     pub timeout_ms: u64,
+    /// Replicas that must acknowledge a winning pre-deduct (Redis `WAIT`) before its message
+    /// is sent; 0: none are waited for.
+    #[serde(default)]
+    pub wait_replicas: u32,
+    /// How long that `WAIT` may take, in ms; 0: `timeout_ms`.
+    #[serde(default)]
+    pub wait_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

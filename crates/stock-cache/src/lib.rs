@@ -47,6 +47,11 @@ pub enum CacheError {
     /// operator reloads the product from MySQL.
     #[error("the product is not loaded in Redis")]
     NotLoaded,
+    /// A pre-deduct reserved, but fewer replicas than asked acknowledged its write within the
+    /// wait (see [`ReplicaWait`]): a failover now could lose the reservation and sell the
+    /// unit again. The flow is there; the caller gives it back with [`StockCache::release`].
+    #[error("{acknowledged} of {wanted} Redis replicas acknowledged the reservation in time")]
+    NotReplicated { acknowledged: i64, wanted: u32 },
     /// A [`LoadMode::Define`] found reservations: a sale is running, and a new one would
     /// forget units reserved for orders still on their way. Nothing changed.
     #[error("the product has reservations; loading a new sale would forget them")]
@@ -59,6 +64,12 @@ pub enum CacheError {
 }
 
 impl CacheError {
+    /// Whether a pre-deduct reserved but its replicas did not acknowledge it in time
+    /// ([`CacheError::NotReplicated`]): the caller must give the unit back.
+    pub fn reserved_unreplicated(&self) -> bool {
+        matches!(self, Self::NotReplicated { .. })
+    }
+
     /// Whether the call may have run in Redis although its caller got no answer: it timed out
     /// after it was sent, or the connection was lost under it. Errors Redis answered, and
     /// calls that never got a connection, changed nothing.
@@ -70,6 +81,32 @@ impl CacheError {
             }
             _ => false,
         }
+    }
+}
+
+/// How many replicas must acknowledge a winning pre-deduct, and how long Redis's `WAIT`
+/// may take for them.
+///
+/// `WAIT` counts the writes of the connection it is sent on, up to that point: sent on
+/// the connection the script ran on, right after its answer, it covers the script's
+/// writes — and, the connection being shared, any other caller's writes sent before it,
+/// which only makes it wait for a little more. While it waits, Redis runs nothing else
+/// sent on that connection, so every call of the worker waits behind it: with healthy
+/// replicas a replication round trip, with a replica gone the whole timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaWait {
+    pub replicas: u32,
+    /// At least a millisecond: Redis takes `WAIT n 0` for "wait forever".
+    pub timeout: Duration,
+}
+
+impl ReplicaWait {
+    /// None for no replica; a zero timeout is taken as one millisecond.
+    pub fn new(replicas: u32, timeout: Duration) -> Option<Self> {
+        (replicas > 0).then(|| Self {
+            replicas,
+            timeout: timeout.max(Duration::from_millis(1)),
+        })
     }
 }
 
@@ -206,6 +243,7 @@ pub struct StockCache {
     url: String,
     prefix: String,
     timeout: Duration,
+    replica_wait: Option<ReplicaWait>,
 }
 
 impl std::fmt::Debug for StockCache {
@@ -254,7 +292,17 @@ impl StockCache {
             url: url.to_owned(),
             prefix: prefix.to_owned(),
             timeout,
+            replica_wait: None,
         })
+    }
+
+    /// The same handle, whose winning pre-deducts wait for replicas (see [`ReplicaWait`]);
+    /// `None`: they do not.
+    pub fn waiting_for_replicas(self, replica_wait: Option<ReplicaWait>) -> Self {
+        Self {
+            replica_wait,
+            ..self
+        }
     }
 
     /// Another handle with the same settings and connections of its own, at most
@@ -269,6 +317,7 @@ impl StockCache {
             url: self.url.clone(),
             prefix: self.prefix.clone(),
             timeout: self.timeout,
+            replica_wait: self.replica_wait,
         }
     }
 
@@ -281,9 +330,27 @@ impl StockCache {
     where
         F: std::future::Future<Output = Result<T, CacheError>>,
     {
-        tokio::time::timeout(self.timeout, call)
-            .await
-            .map_err(|_| CacheError::Timeout(self.timeout))?
+        timed_within(self.timeout, call).await
+    }
+
+    /// `WAIT` on the connection a winning pre-deduct ran on, when replicas are asked for.
+    async fn wait_for_replicas(&self, conn: &mut CallConnection) -> Result<(), CacheError> {
+        let Some(wait) = self.replica_wait else {
+            return Ok(());
+        };
+        let timeout_ms = u64::try_from(wait.timeout.as_millis()).unwrap_or(u64::MAX);
+        let acknowledged: i64 = redis::cmd("WAIT")
+            .arg(wait.replicas)
+            .arg(timeout_ms)
+            .query_async(conn)
+            .await?;
+        if acknowledged < i64::from(wait.replicas) {
+            return Err(CacheError::NotReplicated {
+                acknowledged,
+                wanted: wait.replicas,
+            });
+        }
+        Ok(())
     }
 
     async fn connection(&self) -> Result<CallConnection, CacheError> {
@@ -338,25 +405,30 @@ impl StockCache {
         sale: Option<u64>,
     ) -> Result<PreDeductOutcome, CacheError> {
         let keys = self.keys(token.product_id());
-
         let mut sent = false;
-        let outcome = self
-            .timed(async {
-                let mut conn = self.connection().await?;
-                sent = true;
-                let mut invocation = scripts::PRE_DEDUCT.key(&keys.sale_keys()[..]);
-                invocation
-                    .arg(token.to_string())
-                    .arg(user.get())
-                    .arg(quantity);
-                if let Some(sale) = sale {
-                    invocation.arg(sale);
-                }
-                let (code, stock): (i64, i64) = scripts::invoke(&invocation, &mut conn).await?;
-                PreDeductOutcome::from_script(code, stock)
-                    .ok_or_else(|| CacheError::UnexpectedReply(format!("pre_deduct {code}")))
-            })
-            .await;
+        let replicas = self
+            .replica_wait
+            .map_or(Duration::ZERO, |wait| wait.timeout);
+        let outcome = timed_within(self.timeout + replicas, async {
+            let mut conn = self.connection().await?;
+            sent = true;
+            let mut invocation = scripts::PRE_DEDUCT.key(&keys.sale_keys()[..]);
+            invocation
+                .arg(token.to_string())
+                .arg(user.get())
+                .arg(quantity);
+            if let Some(sale) = sale {
+                invocation.arg(sale);
+            }
+            let (code, stock): (i64, i64) = scripts::invoke(&invocation, &mut conn).await?;
+            let outcome = PreDeductOutcome::from_script(code, stock)
+                .ok_or_else(|| CacheError::UnexpectedReply(format!("pre_deduct {code}")))?;
+            if matches!(outcome, PreDeductOutcome::Reserved { .. }) {
+                self.wait_for_replicas(&mut conn).await?;
+            }
+            Ok(outcome)
+        })
+        .await;
         match outcome {
             Err(CacheError::Timeout(after)) if sent => Err(CacheError::Unanswered(after)),
             other => other,
@@ -747,6 +819,16 @@ impl StockCache {
         })
         .await
     }
+}
+
+/// Bounds a call: a stalled Redis must turn into a 503, not a hung request.
+async fn timed_within<T, F>(limit: Duration, call: F) -> Result<T, CacheError>
+where
+    F: std::future::Future<Output = Result<T, CacheError>>,
+{
+    tokio::time::timeout(limit, call)
+        .await
+        .map_err(|_| CacheError::Timeout(limit))?
 }
 
 /// One step of a flow scan.

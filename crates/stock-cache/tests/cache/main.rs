@@ -10,5 +10,6 @@ mod load;
 mod pool;
 mod pre_deduct;
 mod reads;
+mod replica_wait;
 mod scripts;
 mod stall;
