@@ -94,6 +94,7 @@ struct Pending {
 #[derive(Clone)]
 pub struct OrderBatcher {
     queue: mpsc::Sender<Pending>,
+    publisher: Arc<OrderPublisher>,
 }
 
 impl std::fmt::Debug for OrderBatcher {
@@ -108,7 +109,7 @@ impl OrderBatcher {
         let (queue, orders) = mpsc::channel(QUEUE);
         let max_orders = tuning.max_orders.clamp(1, MAX_ORDERS_PER_MESSAGE);
         tokio::spawn(send_loop(
-            publisher,
+            Arc::clone(&publisher),
             orders,
             BatchTuning {
                 max_orders,
@@ -116,7 +117,18 @@ impl OrderBatcher {
             },
             Sends::new(tuning.in_flight.max(1)),
         ));
-        Self { queue }
+        Self { queue, publisher }
+    }
+
+    /// Sends `order` alone as a plain message, visible to the consumers once stored (see
+    /// [`OrderPublisher::publish`]): for an order whose flow is already committed, so that
+    /// its delivery no longer waits for the broker's check-back of its transactional
+    /// message. The consumer writes an order once, however many messages carry it.
+    pub async fn publish(&self, order: &OrderPlaced) -> Result<(), SendFailed> {
+        self.publisher
+            .publish(order, order.traceparent.as_deref())
+            .await
+            .map_err(|error| SendFailed::from(&error))
     }
 
     /// Sends `order` in a transactional message, alone or with others of its product, and

@@ -11,3 +11,4 @@ mod observability;
 mod openapi;
 mod purchase;
 mod reload;
+mod replicas;
