@@ -21,6 +21,9 @@
 #   SECKILL_STACK_SKIP_MQ=1        up/down/status leave RocketMQ out
 #   SECKILL_MQ_CHECK_INTERVAL_MS   broker transactionCheckInterval, ms (default 5000)
 #   SECKILL_MQ_TX_TIMEOUT_MS       broker transactionTimeout, ms (default 3000)
+#   SECKILL_MQ_FLUSH_DISK_TYPE     broker flushDiskType (default ASYNC_FLUSH)
+#   SECKILL_MQ_SYNC_FLUSH_TIMEOUT_MS
+#                                  broker syncFlushTimeout, ms (default 5000; SYNC_FLUSH only)
 #   SECKILL_MQ_LOG_FILTER          RocketMQ log filter (default: warnings, plus the broker's
 #                                  lifecycle lines)
 #   SECKILL_STACK_START_TIMEOUT    seconds to wait for a component to answer (default 120)
@@ -244,7 +247,9 @@ prepare_broker() {
     "PORT=${BROKER_PORT}" "HA_PORT=${BROKER_HA_PORT}" "NAMESRV_PORT=${NAMESRV_PORT}" \
     "STORE_DIR=${d}/store" \
     "TX_CHECK_INTERVAL_MS=${SECKILL_MQ_CHECK_INTERVAL_MS:-5000}" \
-    "TX_TIMEOUT_MS=${SECKILL_MQ_TX_TIMEOUT_MS:-3000}"
+    "TX_TIMEOUT_MS=${SECKILL_MQ_TX_TIMEOUT_MS:-3000}" \
+    "FLUSH_DISK_TYPE=${SECKILL_MQ_FLUSH_DISK_TYPE:-ASYNC_FLUSH}" \
+    "SYNC_FLUSH_TIMEOUT_MS=${SECKILL_MQ_SYNC_FLUSH_TIMEOUT_MS:-5000}"
   # The broker logs every EndTransaction at INFO: keep it at WARN, but let its
   # "started successfully" line through (the readiness check reads it). The command-line
   # filter also wins over a RUST_LOG set for the tests.

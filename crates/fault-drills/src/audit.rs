@@ -7,6 +7,8 @@
 //! 4. Redis stock + Σ flows = initial stock;
 //! 5. every buyer answered 202 has a confirmed order: its row in MySQL, and "confirmed" in
 //!    Redis, which is what the buyer's status poll reads;
+//! 6. no buyer answered 503 has an order. A drill may well refuse buyers (a broker down, a
+//!    Redis stalled); what it may not do is refuse them and sell to them anyway;
 //!
 //! and, behind those: every order has its flow and its stock_flow row, and no flow is left
 //! reserved (every transactional message was resolved one way or the other). Finally
@@ -77,6 +79,9 @@ pub struct Audit {
     /// Purchases answered 202, and how many of them have a confirmed order.
     pub accepted: usize,
     pub accepted_confirmed: usize,
+    /// Purchases answered 503, and how many of them have an order all the same.
+    pub unavailable: usize,
+    pub unavailable_ordered: usize,
     /// Every promise the state breaks; empty once settled.
     pub violations: Vec<String>,
     /// From the start of [`settle_and_audit`] until every promise held.
@@ -108,8 +113,8 @@ impl fmt::Display for Audit {
         )?;
         writeln!(
             f,
-            "accepted {} of which confirmed {}",
-            self.accepted, self.accepted_confirmed
+            "accepted {} of which confirmed {}; answered 503 {} of which ordered {}",
+            self.accepted, self.accepted_confirmed, self.unavailable, self.unavailable_ordered
         )?;
         for violation in &self.violations {
             writeln!(f, "  ✗ {violation}")?;
@@ -347,7 +352,24 @@ pub async fn audit_once(drill: &Drill, sale: &Sale, crowd: &CrowdOutcome) -> Aud
         }
     }
 
+    let ordered_anyway = ordered_anyway(crowd, &order_status);
+    audit.unavailable = crowd.unavailable_tokens().len();
+    audit.unavailable_ordered = ordered_anyway.len();
+
     audit.violations = violations(&audit, &order_status, &stock_flow_tokens, &flow_tokens);
+    if !ordered_anyway.is_empty() {
+        audit.violations.push(format!(
+            "{} of {} buyers answered 503 have an order, e.g. {}",
+            ordered_anyway.len(),
+            audit.unavailable,
+            ordered_anyway
+                .iter()
+                .take(10)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     if !unconfirmed.is_empty() {
         unconfirmed.truncate(10);
         audit.violations.push(format!(
@@ -358,6 +380,18 @@ pub async fn audit_once(drill: &Drill, sale: &Sale, crowd: &CrowdOutcome) -> Aud
         ));
     }
     audit
+}
+
+/// The order tokens of purchases answered 503 that have an order row, with its status.
+fn ordered_anyway(crowd: &CrowdOutcome, orders: &BTreeMap<&str, &str>) -> Vec<String> {
+    crowd
+        .unavailable_tokens()
+        .into_iter()
+        .filter_map(|token| {
+            let status = orders.get(token.as_str())?;
+            Some(format!("{token} ({status})"))
+        })
+        .collect()
 }
 
 /// The broken promises among the numbers and token sets read.

@@ -108,6 +108,10 @@ pub struct Answer {
     pub user: u64,
     pub step: Step,
     pub reply: Reply,
+    /// The order token the purchase was for (named by its purchase token), whatever the
+    /// answer: a purchase refused must leave no order under it. `None` when no purchase
+    /// was sent.
+    pub order_token_sent: Option<String>,
     /// When the last request went out and when its answer came, from the crowd's start.
     pub sent: Duration,
     pub answered: Duration,
@@ -143,6 +147,25 @@ impl Answer {
     pub fn is_server_error(&self) -> bool {
         matches!(self.reply, Reply::Http { status, .. } if status >= 500)
     }
+
+    /// A purchase answered 503 UNAVAILABLE: the API's promise is that it holds no order.
+    pub fn is_unavailable(&self) -> bool {
+        self.step == Step::Purchase && matches!(self.reply, Reply::Http { status: 503, .. })
+    }
+}
+
+/// The order token a purchase token names: the first field of its payload
+/// (`v1.<key id>.<payload>.<signature>`, the payload URL-safe base64 of
+/// `<order token>:…`). Read without verifying: the crowd only needs to know which order a
+/// purchase was for.
+pub fn order_token_of(purchase_token: &str) -> Option<String> {
+    use base64::Engine as _;
+    let payload = purchase_token.split('.').nth(2)?;
+    let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    text.split(':').next().map(str::to_owned)
 }
 
 /// A crowd on its way; the buyers run on tasks of their own.
@@ -337,6 +360,7 @@ async fn issue_token(
                 user,
                 step: Step::Token,
                 reply,
+                order_token_sent: None,
                 sent,
                 answered: started.elapsed(),
             });
@@ -350,6 +374,7 @@ async fn issue_token(
             code: "BAD_RESPONSE".into(),
             order_token: None,
         },
+        order_token_sent: None,
         sent,
         answered: started.elapsed(),
     })
@@ -375,6 +400,7 @@ async fn purchase(
         user,
         step: Step::Purchase,
         reply,
+        order_token_sent: order_token_of(token),
         sent,
         answered: started.elapsed(),
     }
@@ -461,6 +487,15 @@ impl CrowdOutcome {
         self.accepted()
             .filter(|a| a.sent >= from && a.answered < to)
             .count()
+    }
+
+    /// The order tokens of the purchases answered 503 UNAVAILABLE.
+    pub fn unavailable_tokens(&self) -> Vec<String> {
+        self.answers
+            .iter()
+            .filter(|a| a.is_unavailable())
+            .filter_map(|a| a.order_token_sent.clone())
+            .collect()
     }
 
     /// Buyers whose last request was answered with a 5xx.

@@ -112,11 +112,39 @@ fn command(args: &[&str]) -> tokio::process::Command {
 }
 
 async fn run(args: &[&str]) {
+    run_with(args, &[]).await;
+}
+
+/// [`run`] with `stack.sh` variables of its own on top of [`script_env`].
+async fn run_with(args: &[&str], extra: &[(&str, &str)]) {
     let output = command(args)
+        .envs(extra.iter().copied())
         .output()
         .await
         .unwrap_or_else(|e| panic!("cannot run stack.sh {}: {e}", args.join(" ")));
     check(args, &output);
+}
+
+/// The drills' broker, restarted with store settings of a drill's own (`stack.sh`'s
+/// `SECKILL_MQ_…` variables) for as long as this lives; dropped, even by a failing drill,
+/// it restarts the broker with the usual ones. Start the services after it: a client that
+/// saw the broker go away keeps its address closed for a while.
+#[must_use = "the broker goes back to its usual settings when this is dropped"]
+#[derive(Debug)]
+pub struct BrokerSettings(());
+
+impl BrokerSettings {
+    pub async fn apply(settings: &[(&str, &str)]) -> Self {
+        run(&["stop", Component::Broker.name()]).await;
+        run_with(&["start", Component::Broker.name()], settings).await;
+        Self(())
+    }
+}
+
+impl Drop for BrokerSettings {
+    fn drop(&mut self) {
+        run_blocking(&["restart", Component::Broker.name()]);
+    }
 }
 
 fn check(args: &[&str], output: &Output) {

@@ -4,6 +4,7 @@
 //! lock), whatever libtest's thread count.
 
 mod broker_crash;
+mod broker_rollback;
 mod buyer_hangs_up;
 mod consumer_crash;
 mod gateway_crash;
@@ -13,3 +14,4 @@ mod mysql_outage;
 mod redis_loss;
 mod redis_stall;
 mod restock;
+mod unanswered_then_redis_loss;
