@@ -103,7 +103,12 @@ async fn a_run_that_loses_its_lease_stops_at_its_next_step_and_is_recorded_faile
     let mut lock = lock_the_stock_row(&sale).await;
 
     let run = tokio::spawn(reconcile(settings, Policy::Republish));
+    // The run's record is written once the lease is taken and checked: taken over any
+    // sooner, the run would never have started.
     wait_until_leased(&sale).await;
+    while sale.stack.db.db().latest_run().await.unwrap().is_none() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // Another holder takes the row over (an operator, or a runner after a long MySQL
     // outage): the run's next renewal finds it gone.
     sale.sql(
