@@ -297,6 +297,31 @@ async fn restocks_racing_purchases_count_every_reserved_unit_once() {
 }
 
 #[tokio::test]
+async fn every_load_and_restock_moves_the_epoch() {
+    let redis = TestRedis::new();
+    let cache = redis.cache();
+    let unloaded = ProductId(8);
+
+    let mut epochs = Vec::new();
+    for mode in [LoadMode::Fresh, LoadMode::Define] {
+        let spec = LoadSpec {
+            mode,
+            ..open_sale(5, 1)
+        };
+        epochs.push(cache.load_product(PRODUCT, &spec).await.unwrap());
+    }
+    cache.restock(PRODUCT, &terms(9, 1)).await.unwrap();
+    epochs.push(cache.meta(PRODUCT).await.unwrap().unwrap().epoch);
+
+    assert_eq!(epochs, vec![1, 2, 3]);
+    assert_eq!(
+        cache.epochs(&[PRODUCT, unloaded, PRODUCT]).await.unwrap(),
+        vec![Some(3), None, Some(3)]
+    );
+    assert_eq!(cache.epochs(&[]).await.unwrap(), Vec::<Option<i64>>::new());
+}
+
+#[tokio::test]
 async fn meta_reports_the_sale_as_loaded() {
     let redis = TestRedis::new();
     let cache = redis.cache();
