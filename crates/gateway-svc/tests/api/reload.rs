@@ -302,7 +302,7 @@ async fn two_gateways_of_one_pid_never_hold_a_reload_lease_together_and_the_sale
         let (client, gateway) = (client.clone(), app.address.clone());
         async move { reload_at(&client, &gateway, product).await }
     });
-    let db = app.stack.db.db();
+    let db = app.stack.db.db().clone();
     let deadline = tokio::time::Instant::now() + CONFIRMED_WITHIN;
     let holder = loop {
         if let Some(holder) = db.lease_holder(&lease).await.unwrap() {
