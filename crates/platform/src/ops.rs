@@ -61,6 +61,9 @@ pub const SERIES: &[(&str, &str)] = &[
     ("seckill_lua_seconds", "Time of one Lua script call to Redis, by script (pre_deduct, confirm, release)."),
     ("seckill_send_seconds", "Time of one transactional send: the half message and the local transaction."),
     ("seckill_releases_total", "release.lua calls of the purchase path, by outcome and reason (send_failed, pre_deduct_unanswered)."),
+    ("seckill_orders_sent_plain_total", "Committed orders the gateway also sent as a plain message after its local transaction gave no answer, by outcome (stored, failed)."),
+    ("seckill_withdrawals_in_background_total", "Purchases answered 503 whose token Redis had not yet taken back: the gateway goes on giving it back in the background."),
+    ("seckill_withdrawals_late_total", "Background give-backs of a purchase answered 503, by how they ended (withdrawn, committed, gave_up); committed and gave_up need an operator."),
     ("seckill_checkbacks_total", "Local transactions (kind=local) and broker check-backs (kind=check_back), by answer (commit, rollback, unknown)."),
     ("seckill_stock_left", "Units left for sale per product, as last seen in a store (store=redis or mysql)."),
     // order-consumer-svc
@@ -68,6 +71,7 @@ pub const SERIES: &[(&str, &str)] = &[
     ("seckill_consumer_batch_seconds", "Time to write one batch: the MySQL transaction and the Redis confirmation."),
     ("seckill_consumer_redeliveries_total", "Messages received again after an earlier failure (reconsume times > 0)."),
     ("seckill_consumer_rejected_total", "Messages that can never be an order, recorded in rejected_message and acknowledged."),
+    ("seckill_consumer_unwritable_total", "Orders MySQL refuses as they stand (stock short of what Redis sold, or no stock row), recorded in unwritable_order and set aside; reconcile reports them unresolved."),
     ("seckill_consumer_batch_failures_total", "Batches handed back to the broker, by whether the failure is retryable."),
     ("seckill_consumer_dead_lettered_total", "Messages handed back for the last time: the broker moves them to the DLQ (%DLQ%<group>)."),
     ("seckill_orders_written_total", "Order rows inserted (with their stock deducted)."),
