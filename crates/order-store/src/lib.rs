@@ -21,9 +21,9 @@ pub mod schema;
 
 pub use db::{Db, split_database_url};
 pub use error::{Result, StoreError};
-pub use repo::PutError;
 pub use migrate::{MIGRATIONS, create_database, migrate};
 pub use models::{
     DiscrepancyRecord, DiscrepancyRow, NewProduct, OrderFacts, OrderPageRow, OrderRow, ProductRow,
     PutOutcome, RunRow, RunStatus, StockOp, UnwritableOrderRow, WriteSummary,
 };
+pub use repo::PutError;
