@@ -334,11 +334,11 @@ impl Auditor {
                     has_stock_flow: order.is_some_and(|o| o.has_stock_flow),
                 };
                 match classify(facts, now_ms, grace_ms) {
-                    Some(DiscrepancyKind::MissingOrder) => {
-                        if collected.insert(text.clone()) {
-                            scan.missing.push((token.clone(), flow.clone()));
-                        }
+                    Some(DiscrepancyKind::MissingOrder) if collected.insert(text.clone()) => {
+                        scan.missing.push((token.clone(), flow.clone()));
                     }
+                    // Seen before on an earlier page of the scan.
+                    Some(DiscrepancyKind::MissingOrder) => {}
                     Some(DiscrepancyKind::StockNotDeducted) => {
                         findings.push(
                             traced_repair(
