@@ -81,9 +81,11 @@
 //! Fail points: a service compiled with its `failpoints` feature arms the points named in
 //! the `FAILPOINTS` variable at start-up (the `fail` crate's syntax, `platform::faults`);
 //! pass it with `drill.start_with(service, &[("FAILPOINTS", "consumer::after_commit=1*return")])`.
-//! `return` crashes the process there (SIGABRT), `sleep(ms)` holds it. The points are
-//! listed in order-consumer-svc's crate docs and marked `platform::crash_point!` in the
-//! gateway's `purchase` module.
+//! At a crash point (`platform::crash_point!`) `return` crashes the process (SIGABRT); at
+//! the gateway's two answer points, `gateway::local_transaction_unanswered` and
+//! `gateway::check_back_unanswered`, it makes the local transaction or the check-back answer
+//! "unknown" as if Redis had not answered; `sleep(ms)` holds any point. The points are
+//! listed in order-consumer-svc's crate docs and in the gateway's `purchase` module.
 //!
 //! # Adding a drill
 //!
