@@ -3,50 +3,12 @@
 //! and an operator's reload (`POST /admin/v1/products/{id}/reload`) must rebuild it from
 //! MySQL — after the orders still queued have been written — without selling a unit twice.
 
-use std::time::Duration;
-
 use fault_drills::stack::{self, Component};
 use fault_drills::{CrowdPlan, Drill, Service, Settle, eventually, settle_and_audit};
-use reqwest::StatusCode;
-use serde_json::Value;
 
-use crate::helpers::{CROWD_PROGRESS, SETTLE};
+use crate::helpers::{CROWD_PROGRESS, SETTLE, reload_until_done};
 
 const STOCK: i64 = 40;
-/// config/default.toml's admin token, which the drills' services run with.
-const ADMIN_TOKEN: &str = "dev-admin-token";
-
-/// Asks the gateway to rebuild the product until it answers 200 (409 ORDERS_IN_FLIGHT
-/// means the consumers are still writing queued orders); returns the answer's body.
-async fn reload_until_done(drill: &Drill, product: u64) -> Value {
-    let url = format!(
-        "{}/admin/v1/products/{product}/reload",
-        drill.url(Service::Gateway)
-    );
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .expect("an HTTP client");
-    eventually(SETTLE, "the reload to succeed", || {
-        let request = client.post(&url).bearer_auth(ADMIN_TOKEN).send();
-        async move {
-            let response = request.await.ok()?;
-            let status = response.status();
-            let body: Value = response.json().await.ok()?;
-            if status == StatusCode::OK {
-                return Some(body);
-            }
-            assert_eq!(
-                (status, body["error"]["code"].as_str()),
-                (StatusCode::CONFLICT, Some("ORDERS_IN_FLIGHT")),
-                "the reload can only wait for queued orders: {body}"
-            );
-            None
-        }
-    })
-    .await
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sale_whose_redis_lost_its_data_is_refused_until_reloaded_and_never_oversold() {

@@ -10,11 +10,9 @@ use fault_drills::{CrowdPlan, Drill, Sale, Service, Settle, settle_and_audit};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{CROWD_PROGRESS, SETTLE};
+use crate::helpers::{ADMIN_TOKEN, CROWD_PROGRESS, SETTLE};
 
 const FIRST_STOCK: i64 = 40;
-/// config/default.toml's admin token, which the drills' services run with.
-const ADMIN_TOKEN: &str = "dev-admin-token";
 /// Purchases accepted between two restocks: each restock lands among purchases.
 const BETWEEN_RESTOCKS: usize = 15;
 

@@ -11,57 +11,15 @@
 //! reload, as it may in production (the broker asks every 30 s by default, and minutes
 //! later under load).
 
-use std::time::Duration;
-
 use fault_drills::stack::{self, Component};
-use fault_drills::{CrowdPlan, Drill, Service, Settle, eventually, settle_and_audit};
-use reqwest::StatusCode;
-use serde_json::Value;
+use fault_drills::{CrowdPlan, Drill, Service, Settle, settle_and_audit};
 
-use crate::helpers::SETTLE;
+use crate::helpers::{SETTLE, reload_until_done};
 
 const STOCK: i64 = 20;
 const BUYERS: u32 = 12;
-/// config/local.toml's admin token, which the drills' services run with.
-const ADMIN_TOKEN: &str = "dev-admin-token";
 const UNANSWERED: &str =
     "gateway::local_transaction_unanswered=return;gateway::check_back_unanswered=return";
-
-/// Asks the gateway to rebuild the product until it answers 200. Meanwhile it may answer
-/// 409 ORDERS_IN_FLIGHT (queued orders are still being written) or 503 (its Redis
-/// connections died with the wipe and are being replaced).
-async fn reload_until_done(drill: &Drill, product: u64) -> Value {
-    let url = format!(
-        "{}/admin/v1/products/{product}/reload",
-        drill.url(Service::Gateway)
-    );
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .expect("an HTTP client");
-    eventually(SETTLE, "the reload to succeed", || {
-        let request = client.post(&url).bearer_auth(ADMIN_TOKEN).send();
-        async move {
-            let response = request.await.ok()?;
-            let status = response.status();
-            let body: Value = response.json().await.ok()?;
-            if status == StatusCode::OK {
-                return Some(body);
-            }
-            assert!(
-                matches!(
-                    (status, body["error"]["code"].as_str()),
-                    (StatusCode::CONFLICT, Some("ORDERS_IN_FLIGHT"))
-                        | (StatusCode::SERVICE_UNAVAILABLE, Some("UNAVAILABLE"))
-                ),
-                "the reload can only wait for queued orders or for Redis: {status} {body}"
-            );
-            None
-        }
-    })
-    .await
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn buyers_accepted_after_an_unanswered_local_transaction_keep_their_orders_through_a_redis_loss()
