@@ -109,7 +109,9 @@ impl Gateway {
         &self.base
     }
 
-    /// A fresh sale: `force` replaces whatever the product held, orders included.
+    /// Puts the product on sale with `stock` units in all. A new product (sale-sim's default
+    /// id is new every run) is simply defined; with `force`, one that already has a sale is
+    /// restocked to `stock` initial units, what was sold staying sold.
     pub async fn put_product(&self, product: u64, stock: i64, per_user_limit: u32) -> Reply<()> {
         let request = self
             .client

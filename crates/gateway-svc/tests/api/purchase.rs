@@ -85,11 +85,12 @@ async fn buyers_after_the_last_unit_are_told_sold_out_and_the_product_is_flagged
     assert_eq!(view["redis_stock"], 0);
     assert_eq!(view["sold_out"], true);
 
-    // A restock clears the flag and sells again.
+    // A restock (the new initial stock: one unit more than was sold) clears the flag and
+    // sells again.
     let restock = app
         .put_product(
             1,
-            serde_json::json!({"name": "phone", "stock": 1, "per_user_limit": 1, "force": true}),
+            serde_json::json!({"name": "phone", "stock": 3, "per_user_limit": 1, "force": true}),
         )
         .await;
     assert_eq!(restock.status(), StatusCode::OK);
