@@ -4,7 +4,7 @@ use domain::{FlowState, UserId};
 use redis::AsyncCommands;
 use stock_cache::{ReleaseOutcome, Tombstone};
 
-use crate::helpers::{PRODUCT, on_sale, reserve, snapshot, token};
+use crate::helpers::{PRODUCT, lose_meta_and_stock, on_sale, reserve, snapshot, token};
 
 #[tokio::test]
 async fn confirm_commits_a_reserved_flow_and_says_so_again_when_repeated() {
@@ -195,6 +195,9 @@ async fn a_rebuild_forgets_flows_buyers_and_results_but_keeps_tombstones() {
     let released = reserve(cache, 2, 1).await;
     cache.release(&released, "send_failed").await.unwrap();
 
+    // A rebuild follows a Redis that lost the product: with meta there, it is on sale and
+    // its flows are live, and forgetting them is refused.
+    lose_meta_and_stock(&redis).await;
     cache.forget_sale_state(PRODUCT).await.unwrap();
     let restored = stock_cache::RestoredOrder {
         order_token: kept.to_string(),

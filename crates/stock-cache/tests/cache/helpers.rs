@@ -154,3 +154,16 @@ pub fn assert_flows_tile_the_stock(flows: &[FlowRecord], stock: i64, initial: i6
     }
     assert_eq!(expected_before, stock);
 }
+
+/// Redis loses the product's meta and stock, as when it is restarted without them; the
+/// flows stay, as a reload writes them back before loading.
+pub async fn lose_meta_and_stock(redis: &TestRedis) {
+    let keys = redis.cache().keys(PRODUCT);
+    let mut conn = redis.connection().await;
+    let () = ::redis::cmd("DEL")
+        .arg(&keys.meta)
+        .arg(&keys.stock)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}

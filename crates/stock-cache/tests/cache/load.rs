@@ -7,7 +7,7 @@ use domain::{PreDeductOutcome, ProductId, UserId};
 use stock_cache::{CacheError, LoadMode, LoadSpec, ProductMeta, RestockOutcome, SaleTerms};
 use test_support::redis::TestRedis;
 
-use crate::helpers::{PRODUCT, on_sale, open_sale, reserve, snapshot, token};
+use crate::helpers::{PRODUCT, lose_meta_and_stock, on_sale, open_sale, reserve, snapshot, token};
 
 /// A product with one of everything: a committed and confirmed order, a reserved flow, a
 /// released token and a rolled-back one.
@@ -70,19 +70,6 @@ async fn a_fresh_load_forgets_flows_buyers_results_and_tombstones() {
     );
     // The buyer of the last sale starts again from nothing.
     reserve(cache, 1, 2).await;
-}
-
-/// Redis loses the product's meta and stock, as when it is restarted without them; the
-/// flows stay, as a reload writes them back before loading.
-async fn lose_meta_and_stock(redis: &TestRedis) {
-    let keys = redis.cache().keys(PRODUCT);
-    let mut conn = redis.connection().await;
-    let () = ::redis::cmd("DEL")
-        .arg(&keys.meta)
-        .arg(&keys.stock)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
 }
 
 fn rebuild(initial_stock: i64, sellable_stock: i64) -> LoadSpec {
