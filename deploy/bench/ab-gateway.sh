@@ -11,8 +11,9 @@
 # release build). ROUNDS (4) rounds of WRK_SECS (8) s each; WINNERS=0 leaves the winners'
 # path out. OVERLOAD_RATE=N adds rounds past capacity, as make bench's section 3b without
 # the in-flight cap: 6 s open loop at N/s, then the drain, counting the answers and the units
-# left reserved with no order (what reconcile would later turn into orders). Prints each
-# figure per round.
+# left reserved with no order (what reconcile would later turn into orders). BEFORE_ENV and
+# AFTER_ENV (space-separated NAME=VALUE) give one side settings of its own, so one binary can
+# be compared against itself with a setting on and off. Prints each figure per round.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -53,6 +54,9 @@ sides() { # sides ROUND
 }
 binary_of() { # binary_of SIDE: the gateway binary of the side `before` or `after`
   if [[ $1 == after ]]; then echo "$after"; else echo "$before"; fi
+}
+env_of() { # env_of SIDE: the side's own settings, NAME=VALUE words
+  if [[ $1 == after ]]; then echo "${AFTER_ENV:-}"; else echo "${BEFORE_ENV:-}"; fi
 }
 
 start_gateway() { # start_gateway BINARY [NAME=VALUE...]
@@ -113,7 +117,8 @@ declare -A figures
 for round in $(seq 1 "$rounds"); do
   for side in $(sides "$round"); do
     binary="$(binary_of "$side")"
-    start_gateway "$binary"
+    # shellcheck disable=SC2046 # env_of's words are NAME=VALUE settings, split on purpose
+    start_gateway "$binary" $(env_of "$side")
     # One refusal from Redis raises this gateway's sold-out flag.
     read -r user token <"${work}/sold-out.txt"
     curl -s -o /dev/null -X POST "${gateway}/api/v1/products/${sold_out}/purchase" \
@@ -132,7 +137,8 @@ done
 for round in $(seq 1 "$((winners ? rounds : 0))"); do
   for side in $(sides "$round"); do
     binary="$(binary_of "$side")"
-    start_gateway "$binary"
+    # shellcheck disable=SC2046 # env_of's words are NAME=VALUE settings, split on purpose
+    start_gateway "$binary" $(env_of "$side")
     sale "${work}/warm.json" --buyers 3000 --concurrency 64 --tokens-first
     sale "${work}/closed.json" --buyers 16000 --concurrency 64 --tokens-first
     figures[purchases-$side]+="$(field "${work}/closed.json" purchases_per_sec) "
@@ -161,7 +167,8 @@ overloaded=(accepted unavailable unanswered reserved_without_order orders_beyond
 for round in $(seq 1 "$((overload_rate > 0 ? rounds : 0))"); do
   for side in $(sides "$round"); do
     binary="$(binary_of "$side")"
-    start_gateway "$binary" SECKILL_RATE_LIMIT__PURCHASES_IN_FLIGHT=100000000
+    # shellcheck disable=SC2046 # as above
+    start_gateway "$binary" SECKILL_RATE_LIMIT__PURCHASES_IN_FLIGHT=100000000 $(env_of "$side")
     overload "${work}/overload.json"
     read -r -a counts < <(python3 -c 'import json, sys
 x, later = json.load(open(sys.argv[1])), json.load(open(sys.argv[1] + ".state"))

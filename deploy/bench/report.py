@@ -642,6 +642,11 @@ w(reconcile)
 w("```")
 w("")
 
+w("## 9b. Waiting for a Redis replica (`redis.wait_replicas`)")
+w("")
+w(open(f"{work}/wait-cost.md").read().rstrip())
+w("")
+
 # ------------------------------------------------------------------ profiles
 perf_ok = open(f"{work}/perf_ok").read().strip() == "1"
 w("## 10. Where the time goes: profiles")

@@ -21,6 +21,8 @@
 #      Db::write_orders in batches of consumer.batch_size from consumer.concurrency tasks,
 #      and against one transaction per order;
 #   9. reconcile-svc --once over a consistent sale of FLOWS units (deploy/bench/reconcile.sh);
+#   9b. the cost of redis.wait_replicas: one gateway with WAIT off against on, a replica
+#      following the stack's Redis (deploy/bench/wait-cost.sh);
 #  10. with PROFILE=1 (default) and a working perf: flame graphs of the gateway (purchases,
 #      rejections) and of the consumer (drain) into docs/bench/.
 # Needs the local stack up and the release binaries built (the make target does both). The
@@ -406,6 +408,14 @@ kill "$bare_pid" 2>/dev/null || true
 wait "$bare_pid" 2>/dev/null || true
 bare_pid=""
 "$services" stop >&2
+forget_sales
+
+# ---------------------------------------------------------------- waiting for a replica
+# ab-gateway.sh starts its own gateway and consumer: on the sales' database and prefix, so
+# forget_sales takes their flows and orders away too.
+log "redis.wait_replicas off against on, a replica following the stack's Redis (${rounds} rounds)"
+SECKILL_MYSQL__URL="${mysql_base}/${sales_database}" SECKILL_REDIS__KEY_PREFIX="$sales_prefix" \
+  BIN_DIR="$bin_dir" ROUNDS="$rounds" "${here}/wait-cost.sh" >"${work}/wait-cost.md"
 forget_sales
 
 # ---------------------------------------------------------------- the broker: sends
