@@ -486,7 +486,7 @@ if overload_measured:
                 "no answer while their purchase went on: they get the unit.")
     else:
         told = ("No buyer told otherwise has an order: a pre-deduct Redis did not answer in time "
-                "is given back before the 503 (README: design choices).")
+                "is given back before the 503 (docs/architecture.md: decisions).")
     w("Units in every round: Redis stock + flow records = the stock loaded, and MySQL stock + "
       f"orders = the stock loaded: {'yes' if not off else 'no, in ' + ', '.join(off)}. Nothing "
       f"is sold that pre_deduct did not reserve. {told}")

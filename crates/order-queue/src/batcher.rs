@@ -1,16 +1,16 @@
 //! Winners sent together: several orders of one product under one transactional message.
 //!
-//! A transactional send costs the broker about twice a plain one (half message, then on
+//! A transactional send costs the broker more than a plain one (half message, then on
 //! END_TRANSACTION a read-back, the real message and an op record) and the sender a hop to
 //! the client's blocking pool and back, whatever the message holds. So the gateway does not
 //! send each winner alone: [`OrderBatcher::send`] queues the order, and a single task sends
 //! what is queued — up to `max_orders` of one product per message. A message leaves once it
 //! is full or its first order has waited `linger` (Kafka's `linger.ms`): a lone buyer's order
-//! waits that long, never for a batch to fill. At a moderate rate a send ends within a
-//! millisecond or two, so without the linger each carried the two or three winners that came
-//! meanwhile, and each message costs the broker and the gateway hundreds of microseconds of
-//! CPU (thread wake-ups) whatever it carries; a linger of a few milliseconds makes them
-//! several times larger, and that CPU goes back to the purchases.
+//! waits that long, never for a batch to fill. At a moderate rate a send ends quickly, so
+//! without the linger each message would carry only the few winners that came meanwhile;
+//! and each message costs the broker and the gateway CPU (thread wake-ups) whatever it
+//! carries. A short linger makes messages larger, and that CPU goes back to the purchases
+//! (the figures are in docs/bench/experiments.md).
 //!
 //! While a send is under way, the orders that arrive meanwhile wait for it to end and leave
 //! together — unless a quarter of a full message is waiting, which is worth a send of its

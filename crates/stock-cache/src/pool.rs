@@ -4,10 +4,9 @@
 //! **Shared, not lent one call at a time.** A redis-rs `MultiplexedConnection` takes calls
 //! from many tasks at once: its driver writes whatever calls are queued in one write, and
 //! Redis, reading them in one read, answers them in one write too. Lent to one call at a
-//! time, as a pool lends its objects, each call was a write and a read of its own on both
-//! sides; shared, under a crowd a few dozen purchases go out together. The gateway's
-//! purchases refused at pre_deduct (DUPLICATE) went from 19,209 to 26,276 per second with
-//! it, same run (docs/bench/experiments.md). So a [`SharedConnection`] keeps one pooled connection and
+//! time, as a pool lends its objects, each call would be a write and a read of its own on
+//! both sides; shared, under a crowd many purchases go out together (the figures are in
+//! docs/bench/experiments.md). So a [`SharedConnection`] keeps one pooled connection and
 //! lends it to every call; it is *retired* — no new call gets it, and it is closed once the
 //! calls on it are done — when a call on it
 //! - lost it (an I/O error, a dropped connection), or
@@ -42,7 +41,7 @@ pub(crate) struct Manager {
     /// How long a connection itself waits for an answer: past the cache's own timeout, so
     /// that the cache's is the one that gives up, saying whether the call was sent
     /// (`CacheError::Unanswered`). redis-rs gives every multiplexed connection a response
-    /// timeout of its own, 500 ms, which cut every call short of a `redis.timeout_ms` set
+    /// timeout of its own, which would cut short every call under a `redis.timeout_ms` set
     /// above it.
     pub(crate) response_timeout: Duration,
 }

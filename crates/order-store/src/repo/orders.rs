@@ -4,11 +4,11 @@
 //! pooled connection: `BEGIN`; one text-protocol round trip carrying both multi-row
 //! INSERTs; the conditional stock UPDATE; the primary-key read of the stock it left;
 //! `COMMIT` — five round trips. Why each is there is said where it is issued. What is
-//! not there any more: a `SELECT 1` on checkout (see `db::recycle`), a read of which
+//! left out on purpose: a `SELECT 1` on checkout (see `db::recycle`), a read of which
 //! tokens already exist before inserting (the unique key answers that, see
 //! [`Db::write_orders`]), and the prepare/close of a server-side statement for each
 //! INSERT and the UPDATE (diesel never caches a multi-row INSERT or any UPDATE, so each
-//! cost a `COM_STMT_PREPARE` round trip before its execute).
+//! would cost a `COM_STMT_PREPARE` round trip before its execute).
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
