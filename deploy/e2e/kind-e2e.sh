@@ -133,7 +133,7 @@ finish() {
     kq get pods,jobs,pvc -o wide || true
     kq get events --sort-by=.lastTimestamp 2>/dev/null | tail -n 40 || true
     local app
-    for app in gateway-svc order-consumer-svc seckill-migrate; do
+    for app in gateway-svc order-consumer-svc reconcile-svc seckill-migrate; do
       printf -- '--- logs of %s (last 40 lines)\n' "$app"
       kq logs -l "app.kubernetes.io/name=${app}" --tail=40 --all-containers --prefix 2>/dev/null || true
     done
@@ -202,10 +202,11 @@ run "$kubectl_bin" --context "$context" apply -f "$rendered" \
 for dep in statefulset/redis statefulset/mysql deployment/rocketmq-namesrv statefulset/rocketmq-broker; do
   k rollout status "$dep" --timeout "${timeout}s"
 done
-# A Job's template is immutable: the previous run's Job (same name) goes first.
-k delete job seckill-migrate --ignore-not-found
+# A Job's template is immutable: the previous run's Job (same name, seckill-migrate-<version>
+# of the kind overlay's label) goes first, so that the new image runs.
+k delete job --selector app.kubernetes.io/name=seckill-migrate --ignore-not-found
 run "$kubectl_bin" --context "$context" apply -f "$rendered"
-k wait --for=condition=complete job/seckill-migrate --timeout "${timeout}s"
+k wait --for=condition=complete job --selector app.kubernetes.io/name=seckill-migrate --timeout "${timeout}s"
 if ((reused)); then
   # Same tag, new image: the running pods would keep the old one.
   k rollout restart deployment/gateway-svc deployment/order-consumer-svc deployment/reconcile-svc
