@@ -86,12 +86,13 @@ lint: ## fmt check, clippy, shellcheck, and k8s-lint
 .PHONY: lint-observability
 lint: lint-observability
 
-lint-observability: ## Grafana dashboard (JSON, PromQL, coverage) and Prometheus rules (promtool check + unit tests)
+lint-observability: ## Grafana dashboard (JSON, PromQL, coverage), Prometheus rules (promtool check + unit tests), their k8s rendering up to date
 	deploy/local/ensure-tools.sh python3 shellcheck
 	deploy/prometheus/ensure-promtool.sh
 	shellcheck deploy/prometheus/*.sh
 	promtool check rules deploy/prometheus/alerts.yml
 	promtool test rules deploy/prometheus/alerts.test.yml
+	deploy/prometheus/render-rule.sh --check
 	promtool check config deploy/prometheus/prometheus.yml
 	python3 deploy/prometheus/check-series.py
 	python3 deploy/grafana/check-dashboard.py

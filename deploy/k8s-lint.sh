@@ -17,7 +17,11 @@ repo="$(cd "${here}/.." && pwd)"
 k8s_version="${SECKILL_K8S_VERSION:-1.35.0}"
 # Custom resources that have no schema in kubernetes-validate; anything else without a
 # schema (a misspelt apiVersion or kind) is an error.
-known_crds=('keda.sh/v1alpha1 ScaledObject')
+known_crds=(
+  'keda.sh/v1alpha1 ScaledObject'
+  'monitoring.coreos.com/v1 ServiceMonitor'
+  'monitoring.coreos.com/v1 PrometheusRule'
+)
 
 log() { printf 'k8s-lint: %s\n' "$*"; }
 die() {
