@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::Runtime;
-use deadpool_redis::redis::{self, AsyncCommands};
+use deadpool_redis::redis::{self, AsyncCommands, FromRedisValue, ScriptInvocation};
 use domain::{FlowRecord, OrderToken, PreDeductOutcome, ProductId, UserId};
 use serde::Deserialize;
 
@@ -333,6 +333,18 @@ impl StockCache {
         timed_within(self.timeout, call).await
     }
 
+    /// One script call, bounded like every call ([`Self::timed`]), on a lent connection.
+    async fn run_script<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, CacheError> {
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            Ok(scripts::invoke(invocation, &mut conn).await?)
+        })
+        .await
+    }
+
     /// `WAIT` on the connection a winning pre-deduct ran on, when replicas are asked for.
     async fn wait_for_replicas(&self, conn: &mut CallConnection) -> Result<(), CacheError> {
         let Some(wait) = self.replica_wait else {
@@ -450,21 +462,16 @@ impl StockCache {
     pub async fn confirm_all(&self, tokens: &[OrderToken]) -> Result<bool, CacheError> {
         let product = one_product(tokens);
         let keys = self.keys(product);
-        self.timed(async {
-            let mut conn = self.connection().await?;
-            let mut invocation = scripts::CONFIRM.key(&keys.sale_keys()[..]);
-            for token in tokens {
-                invocation.arg(token.to_string());
-            }
-            let answer: i64 = scripts::invoke(&invocation, &mut conn).await?;
-            match answer {
-                1 => Ok(true),
-                0 => Ok(false),
-                -4 => Err(CacheError::NotLoaded),
-                other => Err(CacheError::UnexpectedReply(other.to_string())),
-            }
-        })
-        .await
+        let mut invocation = scripts::CONFIRM.key(&keys.sale_keys()[..]);
+        for token in tokens {
+            invocation.arg(token.to_string());
+        }
+        match self.run_script::<i64>(&invocation).await? {
+            1 => Ok(true),
+            0 => Ok(false),
+            -4 => Err(CacheError::NotLoaded),
+            other => Err(CacheError::UnexpectedReply(other.to_string())),
+        }
     }
 
     /// Runs `lua/release.lua`: gives the unit back unless the flow is committed.
@@ -474,24 +481,20 @@ impl StockCache {
         reason: &str,
     ) -> Result<ReleaseOutcome, CacheError> {
         let keys = self.keys(token.product_id());
-        self.timed(async {
-            let mut conn = self.connection().await?;
-            let code: i64 = scripts::invoke(
+        let code: i64 = self
+            .run_script(
                 scripts::RELEASE
                     .key(&keys.sale_keys()[..])
                     .arg(token.to_string())
                     .arg(reason),
-                &mut conn,
             )
             .await?;
-            match code {
-                1 => Ok(ReleaseOutcome::Released),
-                0 => Ok(ReleaseOutcome::NothingReserved),
-                -1 => Ok(ReleaseOutcome::AlreadyCommitted),
-                other => Err(CacheError::UnexpectedReply(format!("release {other}"))),
-            }
-        })
-        .await
+        match code {
+            1 => Ok(ReleaseOutcome::Released),
+            0 => Ok(ReleaseOutcome::NothingReserved),
+            -1 => Ok(ReleaseOutcome::AlreadyCommitted),
+            other => Err(CacheError::UnexpectedReply(format!("release {other}"))),
+        }
     }
 
     /// Runs `lua/load_product.lua`; returns the product's new epoch, or the mode's refusal
@@ -503,26 +506,21 @@ impl StockCache {
     ) -> Result<i64, CacheError> {
         let keys = self.keys(product);
         let epoch: i64 = self
-            .timed(async {
-                let mut conn = self.connection().await?;
-                Ok(scripts::invoke(
-                    scripts::LOAD_PRODUCT
-                        .key(&keys.meta)
-                        .key(&keys.stock)
-                        .key(&keys.flow)
-                        .key(&keys.users)
-                        .key(&keys.result)
-                        .key(&keys.tomb)
-                        .arg(spec.initial_stock)
-                        .arg(spec.per_user_limit)
-                        .arg(spec.starts_at_ms)
-                        .arg(spec.ends_at_ms)
-                        .arg(spec.sellable_stock)
-                        .arg(spec.mode.as_arg()),
-                    &mut conn,
-                )
-                .await?)
-            })
+            .run_script(
+                scripts::LOAD_PRODUCT
+                    .key(&keys.meta)
+                    .key(&keys.stock)
+                    .key(&keys.flow)
+                    .key(&keys.users)
+                    .key(&keys.result)
+                    .key(&keys.tomb)
+                    .arg(spec.initial_stock)
+                    .arg(spec.per_user_limit)
+                    .arg(spec.starts_at_ms)
+                    .arg(spec.ends_at_ms)
+                    .arg(spec.sellable_stock)
+                    .arg(spec.mode.as_arg()),
+            )
             .await?;
         if epoch < 0 {
             return Err(spec.mode.refusal());
@@ -542,20 +540,15 @@ impl StockCache {
     ) -> Result<RestockOutcome, CacheError> {
         let keys = self.keys(product);
         let (code, a, b): (i64, i64, i64) = self
-            .timed(async {
-                let mut conn = self.connection().await?;
-                Ok(scripts::invoke(
-                    scripts::RESTOCK
-                        .key(&keys.meta)
-                        .key(&keys.stock)
-                        .arg(terms.initial_stock)
-                        .arg(terms.per_user_limit)
-                        .arg(terms.starts_at_ms)
-                        .arg(terms.ends_at_ms),
-                    &mut conn,
-                )
-                .await?)
-            })
+            .run_script(
+                scripts::RESTOCK
+                    .key(&keys.meta)
+                    .key(&keys.stock)
+                    .arg(terms.initial_stock)
+                    .arg(terms.per_user_limit)
+                    .arg(terms.starts_at_ms)
+                    .arg(terms.ends_at_ms),
+            )
             .await?;
         match code {
             1 => Ok(RestockOutcome::Restocked { delta: a, stock: b }),
@@ -592,18 +585,13 @@ impl StockCache {
     pub async fn forget_sale_state(&self, product: ProductId) -> Result<(), CacheError> {
         let keys = self.keys(product);
         let forgotten: i64 = self
-            .timed(async {
-                let mut conn = self.connection().await?;
-                Ok(scripts::invoke(
-                    scripts::FORGET_SALE
-                        .key(&keys.meta)
-                        .key(&keys.flow)
-                        .key(&keys.users)
-                        .key(&keys.result),
-                    &mut conn,
-                )
-                .await?)
-            })
+            .run_script(
+                scripts::FORGET_SALE
+                    .key(&keys.meta)
+                    .key(&keys.flow)
+                    .key(&keys.users)
+                    .key(&keys.result),
+            )
             .await?;
         match forgotten {
             1 => Ok(()),

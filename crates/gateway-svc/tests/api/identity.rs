@@ -1,8 +1,13 @@
 use jsonwebtoken::{EncodingKey, Header, encode};
-use reqwest::StatusCode;
+use reqwest::{Response, StatusCode};
 use serde_json::json;
 
 use crate::helpers::{ADMIN, TestApp, assert_error, spawn_app, spawn_app_with};
+
+/// Every refusal in this file is the same answer: 401 with the `UNAUTHENTICATED` code.
+async fn assert_unauthenticated(response: Response) {
+    assert_error(response, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+}
 
 #[tokio::test]
 async fn buyers_without_a_usable_identity_are_unauthenticated() {
@@ -10,7 +15,7 @@ async fn buyers_without_a_usable_identity_are_unauthenticated() {
     app.open_sale(1, 5, 1).await;
     let url = format!("{}/api/v1/products/1/tokens", app.address);
     let missing = app.client.post(&url).send().await.unwrap();
-    assert_error(missing, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+    assert_unauthenticated(missing).await;
     for bad in ["abc", "-1", "", "18446744073709551616"] {
         let response = app
             .client
@@ -19,7 +24,7 @@ async fn buyers_without_a_usable_identity_are_unauthenticated() {
             .send()
             .await
             .unwrap();
-        assert_error(response, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+        assert_unauthenticated(response).await;
     }
 }
 
@@ -33,15 +38,10 @@ async fn admin_endpoints_require_the_admin_token() {
         if let Some(token) = token {
             request = request.bearer_auth(token);
         }
-        assert_error(
-            request.send().await.unwrap(),
-            StatusCode::UNAUTHORIZED,
-            "UNAUTHENTICATED",
-        )
-        .await;
+        assert_unauthenticated(request.send().await.unwrap()).await;
     }
     let get = app.client.get(&url).send().await.unwrap();
-    assert_error(get, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+    assert_unauthenticated(get).await;
     let ok = app
         .client
         .put(&url)
@@ -107,12 +107,7 @@ async fn jwt_mode_takes_the_buyer_from_a_valid_hs256_token_only() {
         ),
     ];
     for token in refused {
-        assert_error(
-            ask(token).await.unwrap(),
-            StatusCode::UNAUTHORIZED,
-            "UNAUTHENTICATED",
-        )
-        .await;
+        assert_unauthenticated(ask(token).await.unwrap()).await;
     }
     // The header mode's identity means nothing in JWT mode.
     let header_only = app
@@ -122,7 +117,7 @@ async fn jwt_mode_takes_the_buyer_from_a_valid_hs256_token_only() {
         .send()
         .await
         .unwrap();
-    assert_error(header_only, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+    assert_unauthenticated(header_only).await;
 }
 
 #[tokio::test]
@@ -144,7 +139,7 @@ async fn a_wrong_admin_token_is_refused_on_every_admin_endpoint_and_changes_noth
             .send()
             .await
             .unwrap();
-        assert_error(get, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+        assert_unauthenticated(get).await;
         let put = app
             .client
             .put(&url)
@@ -153,7 +148,7 @@ async fn a_wrong_admin_token_is_refused_on_every_admin_endpoint_and_changes_noth
             .send()
             .await
             .unwrap();
-        assert_error(put, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+        assert_unauthenticated(put).await;
         let reload = app
             .client
             .post(format!("{url}/reload"))
@@ -161,7 +156,7 @@ async fn a_wrong_admin_token_is_refused_on_every_admin_endpoint_and_changes_noth
             .send()
             .await
             .unwrap();
-        assert_error(reload, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+        assert_unauthenticated(reload).await;
     }
     let view = app.admin_view(1).await;
     assert_eq!(view["initial_stock"], 5);
@@ -201,10 +196,10 @@ async fn jwt_mode_buys_with_a_valid_jwt_only_and_an_expired_or_forged_one_takes_
     );
     for bearer in [expired, forged] {
         let response = purchase().bearer_auth(bearer).send().await.unwrap();
-        assert_error(response, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+        assert_unauthenticated(response).await;
     }
     let header_only = purchase().header("X-User-Id", "42").send().await.unwrap();
-    assert_error(header_only, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+    assert_unauthenticated(header_only).await;
     app.assert_nothing_taken(1, 5).await;
 
     let bought = purchase().bearer_auth(&valid).send().await.unwrap();
@@ -266,12 +261,7 @@ async fn a_jwt_with_alg_none_is_unauthenticated_and_takes_nothing() {
     // token names is never trusted.
     let real_signature = valid.rsplit('.').next().unwrap();
     for token in [unsigned(&valid, ""), unsigned(&valid, real_signature)] {
-        assert_error(
-            ask(token).await.unwrap(),
-            StatusCode::UNAUTHORIZED,
-            "UNAUTHENTICATED",
-        )
-        .await;
+        assert_unauthenticated(ask(token).await.unwrap()).await;
     }
     let purchase = app
         .client
@@ -281,7 +271,7 @@ async fn a_jwt_with_alg_none_is_unauthenticated_and_takes_nothing() {
         .send()
         .await
         .unwrap();
-    assert_error(purchase, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+    assert_unauthenticated(purchase).await;
     app.assert_nothing_taken(1, 5).await;
 }
 
@@ -323,7 +313,7 @@ async fn with_an_issuer_and_audience_configured_a_jwt_must_carry_both() {
     ] {
         let response = ask(refused.clone()).await.unwrap();
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{refused}");
-        assert_error(response, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED").await;
+        assert_unauthenticated(response).await;
     }
 }
 
@@ -342,12 +332,7 @@ async fn with_no_audience_configured_a_jwt_meant_for_an_audience_is_refused() {
     let any_issuer = json!({"sub": "42", "exp": exp, "iss": "https://anyone.example.com"});
     assert_eq!(ask(any_issuer).await.unwrap().status(), StatusCode::CREATED);
     let for_another_service = json!({"sub": "42", "exp": exp, "aud": "another-service"});
-    assert_error(
-        ask(for_another_service).await.unwrap(),
-        StatusCode::UNAUTHORIZED,
-        "UNAUTHENTICATED",
-    )
-    .await;
+    assert_unauthenticated(ask(for_another_service).await.unwrap()).await;
 }
 
 /// The gateway binary's exit code and stderr, started outside local mode (no
