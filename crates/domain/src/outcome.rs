@@ -15,7 +15,7 @@
 pub enum PurchaseOutcome {
     /// The order is queued: its message is committed, or its flow is committed and its
     /// order on the way. It will be written, or the unit goes back on sale.
-    Queued,
+    Queued { order_token: crate::OrderToken },
     /// Refused; nothing is reserved for the purchase.
     Refused(Refusal),
     /// Neither yes nor no can be said; nothing is reserved for the purchase any more, or it
@@ -45,7 +45,7 @@ impl PurchaseOutcome {
     }
 
     pub fn is_queued(&self) -> bool {
-        matches!(self, Self::Queued)
+        matches!(self, Self::Queued { .. })
     }
 }
 
@@ -64,8 +64,6 @@ pub enum Refusal {
     RateLimited {
         retry_after_secs: u64,
     },
-    /// The product id is not a product id at all.
-    BadProductId,
     /// No unit asked for.
     QuantityZero,
     /// More units asked for than the per-user limit: nothing was written.
@@ -201,7 +199,12 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(!PurchaseOutcome::unsettled(Unsettled::NotLoaded).is_queued());
-        assert!(PurchaseOutcome::Queued.is_queued());
+        assert!(
+            PurchaseOutcome::Queued {
+                order_token: crate::OrderToken::new(crate::ProductId(1), 1)
+            }
+            .is_queued()
+        );
     }
 
     #[test]
