@@ -4,7 +4,8 @@
 //! - [`purchase_token`]: the signed one-time purchase token (issue and verify).
 //! - [`flow`]: the flow record the Lua pre-deduct writes for every unit it reserves.
 //! - [`message`]: `OrderPlaced`, the body of the order message (versioned JSON).
-//! - [`outcome`]: what the pre-deduct script can answer.
+//! - [`outcome`]: how a purchase ends (`PurchaseOutcome`), and what the pre-deduct script
+//!   can answer on the way.
 //! - [`reconcile`]: how one product's Redis flows and MySQL rows are told apart.
 
 pub mod flow;
@@ -17,5 +18,5 @@ pub mod reconcile;
 pub use flow::{FlowRecord, FlowState};
 pub use ids::{IdError, OrderToken, ProductId, UserId};
 pub use message::{DecodeError, MAX_ORDERS_PER_MESSAGE, OrderPlaced};
-pub use outcome::PreDeductOutcome;
+pub use outcome::{Cause, PreDeductOutcome, PurchaseOutcome, Refusal, TokenRefusal, Unsettled};
 pub use purchase_token::{PurchaseClaims, TokenError, TokenSigner};

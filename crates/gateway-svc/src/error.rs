@@ -1,8 +1,9 @@
-//! The API's errors: each variant is one row of the error table in API.md.
+//! The API's errors: each variant is one row of the error table in docs/api.md.
 //!
 //! Policy: a handler returns `ApiError`; the body is always
-//! `{"error": {"code", "message"}}`. Dependency failures become `Unavailable` (503) and
-//! their whole cause chain is logged here, on one line — never sent to the client.
+//! `{"error": {"code", "message"}}`. Dependency failures become `Unavailable` (503) by
+//! `From` (Redis's, MySQL's and the broker's errors, below), so a handler writes `?`; their
+//! whole cause chain is logged here, on one line — never sent to the client.
 //!
 //! At most [`UNAVAILABLE_LINES_PER_SEC`] such lines a second: when Redis, MySQL or the broker
 //! is down under a crowd, every purchase fails the same way, and a line per request (with a
@@ -15,6 +16,7 @@ use actix_web::http::header::{self, HeaderValue};
 use actix_web::mime;
 use actix_web::web::Bytes;
 use actix_web::{HttpResponse, ResponseError};
+use domain::{Cause, OrderToken, PurchaseOutcome, Refusal, TokenRefusal, Unsettled};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde::Serialize;
 use std::num::NonZeroU32;
@@ -232,6 +234,91 @@ impl ResponseError for ApiError {
     }
 }
 
+/// A refused purchase, as the buyer is told it.
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::RateLimited { retry_after_secs } => Self::RateLimited { retry_after_secs },
+            Refusal::QuantityZero => Self::BadRequest("quantity must be at least 1".into()),
+            Refusal::QuantityAboveLimit => {
+                Self::BadRequest("quantity is above the per-user limit".into())
+            }
+            Refusal::Token(token) => Self::InvalidToken(match token {
+                TokenRefusal::Expired => "expired",
+                TokenRefusal::NotValid => "not valid",
+                TokenRefusal::ForAnotherBuyer => "for another buyer",
+                TokenRefusal::ForAnotherProduct => "for another product",
+            }),
+            Refusal::SaleNotOpen => Self::SaleNotOpen,
+            Refusal::Duplicate => Self::Duplicate,
+            Refusal::LimitExceeded => Self::LimitExceeded,
+            Refusal::SoldOut => Self::SoldOut,
+        }
+    }
+}
+
+impl ApiError {
+    /// The 503 of a purchase that can be told neither yes nor no.
+    pub fn unsettled(why: Unsettled, cause: Option<Cause>) -> Self {
+        let message = match why {
+            Unsettled::StoreUnreachable => "Redis cannot be reached",
+            Unsettled::NotLoaded => "the product is not loaded for sale",
+            Unsettled::PreDeductUnanswered => "Redis did not answer in time",
+            Unsettled::NotReplicated => "Redis replicas did not acknowledge in time",
+            Unsettled::Unconfirmed | Unsettled::RolledBack => "the order could not be confirmed",
+            Unsettled::BrokerUnreachable => "the broker cannot be reached",
+            Unsettled::Unanswered => {
+                "the purchase ended without an answer; its order's status tells whether it was placed"
+            }
+        };
+        Self::Unavailable {
+            message,
+            cause: cause.map(anyhow::Error::from_boxed),
+        }
+    }
+}
+
+/// The answer to a purchase that is not queued; a queued one gives back its order token.
+impl TryFrom<PurchaseOutcome> for ApiError {
+    type Error = OrderToken;
+
+    fn try_from(outcome: PurchaseOutcome) -> Result<Self, OrderToken> {
+        match outcome {
+            PurchaseOutcome::Queued { order_token } => Err(order_token),
+            PurchaseOutcome::Refused(refusal) => Ok(refusal.into()),
+            PurchaseOutcome::Unsettled { why, cause } => Ok(Self::unsettled(why, cause)),
+        }
+    }
+}
+
+/// Redis did not answer, or refused the call: 503.
+impl From<stock_cache::CacheError> for ApiError {
+    fn from(error: stock_cache::CacheError) -> Self {
+        Self::unavailable("Redis cannot be reached", error)
+    }
+}
+
+/// MySQL did not answer, or refused the statement: 503.
+impl From<order_store::StoreError> for ApiError {
+    fn from(error: order_store::StoreError) -> Self {
+        Self::unavailable("MySQL cannot be reached", error)
+    }
+}
+
+/// The broker did not answer: 503.
+impl From<order_queue::MqError> for ApiError {
+    fn from(error: order_queue::MqError) -> Self {
+        Self::unavailable("the broker cannot be reached", error)
+    }
+}
+
+/// A message that was not sent: 503.
+impl From<order_queue::SendFailed> for ApiError {
+    fn from(error: order_queue::SendFailed) -> Self {
+        Self::unavailable("the broker cannot be reached", error)
+    }
+}
+
 /// `{"error": {"code", "message"}}`, serialised from a struct (`json!` built a map of
 /// owned keys and values first).
 #[derive(Serialize)]
@@ -323,6 +410,18 @@ mod tests {
         let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(json["error"]["code"], "SOLD_OUT");
         assert_eq!(json["error"]["message"], "sold out");
+    }
+
+    #[test]
+    fn a_dependency_failure_is_a_503_that_names_the_dependency() {
+        let redis = ApiError::from(stock_cache::CacheError::NotLoaded);
+        assert_eq!(redis.status_code(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(redis.to_string(), "Redis cannot be reached");
+        let mysql = ApiError::from(order_store::StoreError::InvalidData("x".into()));
+        assert_eq!(mysql.to_string(), "MySQL cannot be reached");
+        let broker = ApiError::from(order_queue::MqError::ShutDown);
+        assert_eq!(broker.to_string(), "the broker cannot be reached");
+        assert_eq!(broker.code(), "UNAVAILABLE");
     }
 
     #[test]

@@ -2,9 +2,12 @@
 //! runs the Redis pre-deduct, and for each winner sends the transactional order message.
 //!
 //! - [`startup`]: `Application::build(settings)` and `run_until_stopped`.
-//! - [`routes`]: the HTTP handlers of API.md; [`error`]: their error codes; [`openapi`]:
-//!   the OpenAPI document generated from both, served at `/api-docs/openapi.json`.
-//! - [`purchase`]: the purchase path and the transaction listener (confirm.lua).
+//! - [`routes`]: the HTTP handlers of docs/api.md, which parse the request and shape the
+//!   answer; [`error`]: their error codes; [`responses`]: those errors as the OpenAPI
+//!   document names them; [`openapi`]: the parts of the document no handler states, served
+//!   at `/api-docs/openapi.json` by `routes::docs`.
+//! - [`purchase`]: the purchase from the first check to the send, ending in a
+//!   `domain::PurchaseOutcome`, and the transaction listener (confirm.lua).
 //! - [`identity`], [`rate_limit`], [`sold_out`]: the cheap filters in front of Redis.
 
 pub mod error;
@@ -12,6 +15,7 @@ pub mod identity;
 pub mod openapi;
 pub mod purchase;
 pub mod rate_limit;
+pub mod responses;
 pub mod routes;
 pub mod sold_out;
 pub mod startup;

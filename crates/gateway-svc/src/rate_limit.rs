@@ -6,13 +6,11 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use domain::UserId;
+use domain::{Refusal, UserId};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 use platform::settings::RateLimitSettings;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-
-use crate::error::ApiError;
 
 pub struct RateLimits {
     global: DefaultDirectRateLimiter,
@@ -50,13 +48,13 @@ impl RateLimits {
     /// would only make every buyer late: the queue grows with the crowd, and so do memory
     /// and the answers past `redis.timeout_ms`. A refused buyer retries in a second with
     /// the same token, which the refusal left unused.
-    pub fn enter_purchase(&self) -> Result<PurchaseSlot, ApiError> {
+    pub fn enter_purchase(&self) -> Result<PurchaseSlot, Refusal> {
         Arc::clone(&self.purchases)
             .try_acquire_owned()
             .map_err(|_| {
                 metrics::counter!("seckill_rate_limited_total", "scope" => "in_flight")
                     .increment(1);
-                ApiError::RateLimited {
+                Refusal::RateLimited {
                     retry_after_secs: 1,
                 }
             })
@@ -67,22 +65,22 @@ impl RateLimits {
         self.purchases_cap - self.purchases.available_permits()
     }
 
-    pub fn check_global(&self) -> Result<(), ApiError> {
+    pub fn check_global(&self) -> Result<(), Refusal> {
         self.global.check().map_err(|not_until| {
             metrics::counter!("seckill_rate_limited_total", "scope" => "global").increment(1);
             self.rejection(not_until.wait_time_from(self.clock.now()))
         })
     }
 
-    pub fn check_user(&self, user: UserId) -> Result<(), ApiError> {
+    pub fn check_user(&self, user: UserId) -> Result<(), Refusal> {
         self.per_user.check_key(&user).map_err(|not_until| {
             metrics::counter!("seckill_rate_limited_total", "scope" => "user").increment(1);
             self.rejection(not_until.wait_time_from(self.clock.now()))
         })
     }
 
-    fn rejection(&self, wait: Duration) -> ApiError {
-        ApiError::RateLimited {
+    fn rejection(&self, wait: Duration) -> Refusal {
+        Refusal::RateLimited {
             retry_after_secs: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
         }
     }
@@ -113,7 +111,7 @@ mod tests {
         assert!(limits.check_user(UserId(1)).is_ok());
         assert!(limits.check_user(UserId(1)).is_ok());
         match limits.check_user(UserId(1)) {
-            Err(ApiError::RateLimited { retry_after_secs }) => assert!(retry_after_secs >= 1),
+            Err(Refusal::RateLimited { retry_after_secs }) => assert!(retry_after_secs >= 1),
             other => panic!("expected a rate limit, got {other:?}"),
         }
     }
@@ -133,7 +131,7 @@ mod tests {
         let _second = limits.enter_purchase().expect("a place");
         assert_eq!(limits.purchases_in_flight(), 2);
         match limits.enter_purchase() {
-            Err(ApiError::RateLimited { retry_after_secs }) => assert_eq!(retry_after_secs, 1),
+            Err(Refusal::RateLimited { retry_after_secs }) => assert_eq!(retry_after_secs, 1),
             other => panic!("expected a refusal, got {other:?}"),
         }
         drop(first);

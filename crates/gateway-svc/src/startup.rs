@@ -18,7 +18,6 @@ use secrecy::ExposeSecret;
 use stock_cache::{ReplicaWait, StockCache};
 
 use crate::identity::IdentityConfig;
-use crate::openapi::Document;
 use crate::purchase::{ConfirmInRedis, PurchaseDesk, SendSpans};
 use crate::rate_limit::RateLimits;
 use crate::routes::{self, AppState};
@@ -87,12 +86,14 @@ impl SharedState {
     fn for_this_worker(&self) -> AppState {
         let cache = self.cache.with_own_pool(self.redis_per_worker);
         AppState {
-            desk: PurchaseDesk::new(
+            desk: Arc::new(PurchaseDesk::new(
                 cache.clone(),
                 self.batcher.clone(),
                 self.sold_out.clone(),
                 self.send_spans.clone(),
-            ),
+                self.limits.clone(),
+                self.signer.clone(),
+            )),
             cache,
             db: self.db.with_own_pool(self.mysql_per_worker),
             signer: self.signer.clone(),
@@ -172,7 +173,7 @@ impl Application {
             reload_drain: Duration::from_secs(settings.gateway.reload_drain_secs),
             lease_holder: platform::instance::holder_id("gateway").into(),
         };
-        let openapi = web::Data::new(Document::new(settings.auth.mode));
+        let openapi = web::Data::new(routes::docs::served(settings.auth.mode));
         let identity = web::Data::new(IdentityConfig::new(
             &settings.auth,
             settings.admin.token.clone(),

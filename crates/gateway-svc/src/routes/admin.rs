@@ -10,11 +10,10 @@ use utoipa::ToSchema;
 
 use crate::error::ApiError;
 use crate::identity::Admin;
-use crate::openapi::{
+use crate::responses::{
     BadRequest, Conflict, NotFound, PayloadTooLarge, Unauthenticated, Unavailable,
 };
-use crate::routes::buyer::rfc3339_ms;
-use crate::routes::{AppState, ProductPath, product_id, whole_number};
+use crate::routes::{AppState, ProductPath, product_id, rfc3339_ms, whole_number};
 
 /// Largest stock one product may carry: far above any sale, far below overflow.
 const MAX_STOCK: i64 = 1_000_000_000;
@@ -250,7 +249,7 @@ async fn load_into_redis(
         Err(Failed::Redis(error)) if fate_unknown(&error) && mysql_delta(mysql, terms) >= 0 => {
             Ok(Loaded::FateUnknown(error))
         }
-        Err(Failed::Redis(error)) => Err(redis(error)),
+        Err(Failed::Redis(error)) => Err(error.into()),
     }
 }
 
@@ -340,7 +339,7 @@ async fn put_failed(
         // Input the store cannot hold (validate() should have caught it): the client's
         // fault, not an unreachable MySQL.
         PutError::Store(StoreError::InvalidData(message)) => ApiError::BadRequest(message),
-        PutError::Store(error) => mysql(error),
+        PutError::Store(error) => error.into(),
         PutError::Load(refusal) => refusal,
         PutError::Commit { loaded, error } => {
             if let Loaded::Known(RedisChange::Restocked { delta, .. }) = loaded
@@ -370,14 +369,6 @@ async fn take_back_off_sale(state: &AppState, product: ProductId, terms: &SaleTe
             tracing::error!(product_id = %product, delta, ?outcome, "MySQL did not commit a restock and Redis could not take it back: Redis may sell units MySQL lacks until the PUT is sent again.");
         }
     }
-}
-
-fn mysql(error: StoreError) -> ApiError {
-    ApiError::unavailable("MySQL cannot be reached", error)
-}
-
-fn redis(error: CacheError) -> ApiError {
-    ApiError::unavailable("Redis cannot be reached", error)
 }
 
 /// A sale seen from both stores.
@@ -423,20 +414,13 @@ pub async fn get_product(
     _admin: Admin,
 ) -> Result<HttpResponse, ApiError> {
     let product = product_id(&path)?;
-    let mysql = |e| ApiError::unavailable("MySQL cannot be reached", e);
-    let redis = |e| ApiError::unavailable("Redis cannot be reached", e);
     let row = state
         .db
         .product(product)
-        .await
-        .map_err(mysql)?
+        .await?
         .ok_or(ApiError::NotFound("product"))?;
-    let redis_stock = state.cache.stock(product).await.map_err(redis)?;
-    let (mysql_stock, orders) = state
-        .db
-        .stock_and_order_count(product)
-        .await
-        .map_err(mysql)?;
+    let redis_stock = state.cache.stock(product).await?;
+    let (mysql_stock, orders) = state.db.stock_and_order_count(product).await?;
     // An operator's look refreshes the dashboard's stock too.
     if let Some(units) = redis_stock {
         platform::ops::record_stock(product.get(), "redis", units);
@@ -449,7 +433,7 @@ pub async fn get_product(
         initial_stock: row.initial_stock,
         redis_stock,
         mysql_stock,
-        flows: state.cache.flow_count(product).await.map_err(redis)?,
+        flows: state.cache.flow_count(product).await?,
         orders,
         sold_out: state.sold_out.is_sold_out(product),
     }))

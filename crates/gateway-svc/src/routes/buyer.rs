@@ -1,24 +1,20 @@
 //! The buyer's endpoints: a purchase token, the purchase, the order's status.
 
-use std::sync::Arc;
-
 use actix_web::dev::ServiceRequest;
 use actix_web::{HttpResponse, web};
-use chrono::{DateTime, SecondsFormat, Utc};
-use domain::{OrderToken, PurchaseClaims, TokenError};
+use chrono::{SecondsFormat, Utc};
+use domain::{OrderToken, PurchaseClaims};
 use platform::telemetry::short_token;
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
-use tracing::Instrument;
 use utoipa::ToSchema;
 
 use crate::error::ApiError;
 use crate::identity::Buyer;
-use crate::openapi::{
+use crate::purchase::Order;
+use crate::responses::{
     BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, RateLimited, Unauthenticated,
     Unavailable,
 };
-use crate::rate_limit::PurchaseSlot;
 use crate::routes::{AppState, ProductPath, product_id, whole_number};
 
 /// A purchase token: present it, once, to buy this product.
@@ -77,7 +73,7 @@ pub async fn issue_token(
     let window = match state.cache.sale_window(product).await {
         Ok(Some(window)) => window,
         Ok(None) => return Err(not_loaded_or_unknown(&state, product).await),
-        Err(error) => return Err(ApiError::unavailable("Redis cannot be reached", error)),
+        Err(error) => return Err(error.into()),
     };
     let now = Utc::now();
     let now_ms = now.timestamp_millis();
@@ -108,7 +104,7 @@ async fn not_loaded_or_unknown(state: &AppState, product: domain::ProductId) -> 
             message: "the product is not loaded for sale",
             cause: None,
         },
-        Err(error) => ApiError::unavailable("MySQL cannot be reached", error),
+        Err(error) => error.into(),
     }
 }
 
@@ -178,150 +174,40 @@ pub async fn purchase(
     buyer: Buyer,
     body: web::Json<PurchaseRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    // The `purchase` span, but not for a refusal from the sold-out flag while spans are
-    // not exported: it logs nothing and sends nothing (see `quiet_purchase`). Should the
-    // flag be cleared since this look, the purchase goes on with no span.
-    let span = if platform::telemetry::exporting() || !flagged(&state, &path) {
-        tracing::info_span!("purchase", product_id = %path.as_str(), user_id = %buyer.0)
-    } else {
-        tracing::Span::none()
+    state.limits.check_global()?;
+    let product = product_id(&path)?;
+    let order = Order {
+        buyer: buyer.0,
+        product,
+        token: &body.token,
+        quantity: body.quantity,
     };
-    buy(state, path, buyer, body).instrument(span).await
+    match ApiError::try_from(state.desk.purchase(order).await) {
+        Ok(refused_or_unsettled) => Err(refused_or_unsettled),
+        Err(order_token) => Ok(HttpResponse::Accepted().json(Queued::from(order_token))),
+    }
 }
 
-thread_local! {
-    /// `seckill_purchases_total{outcome="sold_out"}` (as `purchase::PurchaseDesk` counts
-    /// it), registered once per worker thread rather than looked up in the recorder per
-    /// refusal. (The recorder is installed before the server starts: a handle taken
-    /// earlier would count nowhere.)
-    static SOLD_OUT: metrics::Counter =
-        metrics::counter!("seckill_purchases_total", "outcome" => "sold_out");
-}
-
-/// Whether this gateway has flagged the purchase's product sold out.
-fn flagged(state: &AppState, raw_product_id: &str) -> bool {
-    product_id(raw_product_id).is_ok_and(|product| state.sold_out.is_sold_out(product))
+impl From<OrderToken> for Queued {
+    fn from(order_token: OrderToken) -> Self {
+        Self {
+            order_token: order_token.to_string(),
+            status: QueuedStatus::Queued,
+        }
+    }
 }
 
 /// Which purchases need no `http_request` span while spans are not exported
 /// (`platform::http::traced`): every one that brings no caller's `traceparent` to join.
-/// Such a span would carry the method and the route, which the handler's `purchase` span
-/// makes plain, and a span is a real part of a request's cost: on the path that stops at
-/// pre_deduct (a DUPLICATE), the three spans a purchase had were 18 % of the gateway's
-/// CPU (docs/bench/experiments.md). The `purchase` span is then the trace's root, and its ids are
-/// what the log lines and the message's `traceparent` carry. A purchase of a product this
-/// gateway has flagged sold out needs no span at all (see [`purchase`]): it is refused from
-/// the flag, or earlier by a rate limit or a malformed body, and none of those paths logs a
-/// line or sends a message.
+/// Such a span would carry the method and the route, which the purchase's own span makes
+/// plain, and a span is a real part of a request's cost on the path that stops at
+/// pre_deduct. The `purchase` span is then the trace's root, and its ids are what the log
+/// lines and the message's `traceparent` carry. A purchase of a product this gateway has
+/// flagged sold out needs no span at all (see `purchase::record::purchase_span`): it is
+/// refused from the flag, or earlier by a rate limit or a malformed body, and none of
+/// those paths logs a line or sends a message.
 pub fn quiet_purchase(request: &ServiceRequest) -> bool {
     !request.headers().contains_key("traceparent")
-}
-
-async fn buy(
-    state: web::Data<AppState>,
-    path: web::Path<String>,
-    buyer: Buyer,
-    body: web::Json<PurchaseRequest>,
-) -> Result<HttpResponse, ApiError> {
-    state.limits.check_global()?;
-    let product = product_id(&path)?;
-    if body.quantity == 0 {
-        return Err(ApiError::BadRequest("quantity must be at least 1".into()));
-    }
-    // The local sold-out flag (which the purchase desk also checks first), before the
-    // token's signature: the signature guards what a purchase changes, a reservation, and
-    // a refusal from the flag changes nothing. After sell-out, when the crowd's requests
-    // are all refused here, verifying each token (HMAC-SHA256) was a twentieth of the
-    // CPU of each. So a forged or expired token for a sold-out product is told 409
-    // SOLD_OUT, not 403 INVALID_TOKEN: what it would have been told with a valid token.
-    if state.sold_out.is_sold_out(product) {
-        SOLD_OUT.with(|counter| counter.increment(1));
-        return Err(ApiError::SoldOut);
-    }
-
-    let claims = state
-        .signer
-        .verify(&body.token, Utc::now().timestamp_millis())
-        .map_err(|error| {
-            metrics::counter!("seckill_purchases_total", "outcome" => "invalid_token").increment(1);
-            ApiError::InvalidToken(match error {
-                TokenError::Expired => "expired",
-                TokenError::Malformed | TokenError::UnknownKey | TokenError::BadSignature => {
-                    "not valid"
-                }
-            })
-        })?;
-    if claims.user_id != buyer.0 {
-        return Err(ApiError::InvalidToken("for another buyer"));
-    }
-    if claims.product_id() != product {
-        return Err(ApiError::InvalidToken("for another product"));
-    }
-    // A place among the purchases under way, held until this one is answered. Taken after
-    // the token check, so a forged token never holds one; before the buyer's budget, so a
-    // purchase refused for want of one costs the buyer nothing.
-    let slot = state.limits.enter_purchase()?;
-    // The buyer's budget counts purchases that could reserve something: a malformed,
-    // forged or foreign one is refused above without spending it (bad input changes
-    // nothing), and the HMAC it costs is a microsecond.
-    state.limits.check_user(buyer.0)?;
-
-    let order_token = claims.order_token.clone();
-    detached_purchase(state.into_inner(), claims, body.quantity, slot).await?;
-    Ok(HttpResponse::Accepted().json(Queued {
-        order_token: order_token.to_string(),
-        status: QueuedStatus::Queued,
-    }))
-}
-
-/// Runs the purchase to its end on a task of its own, holding its in-flight slot, and
-/// answers with its outcome. actix-web ends a request's handler when its connection is
-/// reset (a killed client, a proxy that gives up), and a purchase inside the handler then
-/// stopped wherever it was: after the pre-deduct and before the message, say, leaving the
-/// unit reserved for no one until reconcile. Detached, a purchase nobody waits for any more
-/// still sends its message, or gives its unit back. The task runs on the same worker thread
-/// (`actix_web::rt::spawn`): no hand-off to another thread. (It also keeps the purchase's
-/// large future — the pre-deduct, the send, their retries — out of the handler's, which
-/// actix-web moves several times per request.)
-async fn detached_purchase(
-    state: Arc<AppState>,
-    claims: PurchaseClaims,
-    quantity: u32,
-    slot: PurchaseSlot,
-) -> Result<(), ApiError> {
-    let (answer, answered) = oneshot::channel();
-    actix_web::rt::spawn(
-        async move {
-            let outcome = state.desk.purchase(&claims, quantity).await;
-            drop(slot);
-            // Only for the lines below: most refusals log nothing.
-            let order = || short_token(&claims.order_token);
-            if outcome.is_ok() {
-                tracing::info!(order = %order(), quantity, "Purchase queued.");
-            }
-            if let Err(unheard) = answer.send(outcome) {
-                let outcome = if unheard.is_ok() { "accepted" } else { "refused" };
-                metrics::counter!("seckill_purchases_unheard_total", "outcome" => outcome)
-                    .increment(1);
-                match unheard {
-                    Ok(()) => tracing::info!(order = %order(), "The buyer hung up before the purchase was answered; it was accepted."),
-                    Err(refusal) => {
-                        // Written, the answer would have logged its cause.
-                        refusal.log_cause();
-                        tracing::info!(order = %order(), code = refusal.code(), reason = %refusal, "The buyer hung up before the purchase was answered; it was refused.");
-                    }
-                }
-            }
-        }
-        .in_current_span(),
-    );
-    // Dropped without an answer only if the task was: it panicked, or the worker stopped.
-    answered.await.map_err(|ended| {
-        ApiError::unavailable(
-            "the purchase ended without an answer; its order's status tells whether it was placed",
-            ended,
-        )
-    })?
 }
 
 /// How long an order may be queued in Redis before status polling asks MySQL
@@ -461,16 +347,7 @@ async fn from_mysql(
     let order = state
         .db
         .order(token)
-        .await
-        .map_err(|e| ApiError::unavailable("MySQL cannot be reached", e))?
+        .await?
         .ok_or(ApiError::NotFound("order"))?;
     Ok((order.user_id, order.quantity, OrderState::Confirmed))
-}
-
-/// RFC 3339 of unix milliseconds; 0 means "not set".
-pub fn rfc3339_ms(ms: i64) -> Option<String> {
-    (ms != 0)
-        .then(|| DateTime::<Utc>::from_timestamp_millis(ms))
-        .flatten()
-        .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
 }

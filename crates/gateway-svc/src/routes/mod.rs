@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod buyer;
+pub mod docs;
 pub mod reload;
 
 use std::collections::BTreeMap;
@@ -16,6 +17,7 @@ use actix_web::{
     HttpRequest, HttpResponse, ResponseError, Route, error::JsonPayloadError, error::PathError,
     guard, web,
 };
+use chrono::{DateTime, SecondsFormat, Utc};
 use domain::{ProductId, TokenSigner};
 use order_queue::OrderBacklog;
 use order_store::Db;
@@ -34,7 +36,7 @@ use crate::sold_out::SoldOutFlags;
 pub struct AppState {
     pub cache: StockCache,
     pub db: Db,
-    pub desk: PurchaseDesk,
+    pub desk: Arc<PurchaseDesk>,
     pub signer: TokenSigner,
     pub limits: Arc<RateLimits>,
     pub sold_out: Arc<SoldOutFlags>,
@@ -88,6 +90,14 @@ where
             &"a whole number in range",
         )
     })
+}
+
+/// RFC 3339 of unix milliseconds; 0 means "not set".
+pub fn rfc3339_ms(ms: i64) -> Option<String> {
+    (ms != 0)
+        .then(|| DateTime::<Utc>::from_timestamp_millis(ms))
+        .flatten()
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
 }
 
 /// `{product_id}` as a u64, or 400.
@@ -147,7 +157,7 @@ fn api_routes() -> Vec<(Method, &'static str, Route, Option<Quiet>)> {
             web::to(reload::reload_product),
             None,
         ),
-        (Method::GET, openapi::PATH, web::to(openapi::serve), None),
+        (Method::GET, openapi::PATH, web::to(docs::serve), None),
     ]
 }
 

@@ -27,9 +27,8 @@ use utoipa::ToSchema;
 
 use crate::error::ApiError;
 use crate::identity::Admin;
-use crate::openapi::{BadRequest, Conflict, NotFound, Unauthenticated, Unavailable};
-use crate::routes::buyer::rfc3339_ms;
-use crate::routes::{AppState, ProductPath, product_id};
+use crate::responses::{BadRequest, Conflict, NotFound, Unauthenticated, Unavailable};
+use crate::routes::{AppState, ProductPath, product_id, rfc3339_ms};
 
 /// Orders read from MySQL and written to Redis per round trip.
 const PAGE: u32 = 1000;
@@ -57,20 +56,12 @@ pub struct Reloaded {
     ends_at: Option<String>,
 }
 
-fn mysql(error: order_store::StoreError) -> ApiError {
-    ApiError::unavailable("MySQL cannot be reached", error)
-}
-
-fn redis(error: stock_cache::CacheError) -> ApiError {
-    ApiError::unavailable("Redis cannot be reached", error)
-}
-
 /// Redis refuses to rebuild a product that is on sale again (another reload, or a PUT,
 /// loaded it meanwhile): 409 `PRODUCT_LOADED`, as when the reload began with it loaded.
 fn loaded_or_unavailable(error: stock_cache::CacheError) -> ApiError {
     match error {
         stock_cache::CacheError::AlreadyLoaded => ApiError::ProductLoaded,
-        other => redis(other),
+        other => other.into(),
     }
 }
 
@@ -105,20 +96,14 @@ pub async fn reload_product(
     let row = state
         .db
         .product(product)
-        .await
-        .map_err(mysql)?
+        .await?
         .ok_or(ApiError::NotFound("product"))?;
-    if state.cache.meta(product).await.map_err(redis)?.is_some() {
+    if state.cache.meta(product).await?.is_some() {
         return Err(ApiError::ProductLoaded);
     }
     let lease = format!("reload:{product}");
     let holder = &*state.lease_holder;
-    if !state
-        .db
-        .try_lease(&lease, holder, LEASE_TTL)
-        .await
-        .map_err(mysql)?
-    {
+    if !state.db.try_lease(&lease, holder, LEASE_TTL).await? {
         return Err(ApiError::Unavailable {
             message: "another reload of this product is running",
             cause: None,
@@ -138,7 +123,7 @@ async fn rebuild(
 ) -> Result<Reloaded, ApiError> {
     wait_for_empty_backlog(state).await?;
     // A PUT may have loaded the product while this waited: then there is nothing to rebuild.
-    if state.cache.meta(product).await.map_err(redis)?.is_some() {
+    if state.cache.meta(product).await?.is_some() {
         return Err(ApiError::ProductLoaded);
     }
 
@@ -149,11 +134,7 @@ async fn rebuild(
         .map_err(loaded_or_unavailable)?;
     let (mut orders_restored, mut units_restored, mut after_id) = (0u64, 0i64, 0u64);
     loop {
-        let page = state
-            .db
-            .orders_page(product, after_id, PAGE)
-            .await
-            .map_err(mysql)?;
+        let page = state.db.orders_page(product, after_id, PAGE).await?;
         let Some(last) = page.last() else { break };
         after_id = last.id;
         let orders: Vec<RestoredOrder> = page
@@ -165,22 +146,12 @@ async fn rebuild(
                 reserved_at_ms: order.reserved_at_ms,
             })
             .collect();
-        state
-            .cache
-            .restore_orders(product, &orders)
-            .await
-            .map_err(redis)?;
+        state.cache.restore_orders(product, &orders).await?;
         orders_restored += orders.len() as u64;
         units_restored += orders.iter().map(|o| i64::from(o.quantity)).sum::<i64>();
     }
 
-    let stock = state
-        .db
-        .stock(product)
-        .await
-        .map_err(mysql)?
-        .unwrap_or(0)
-        .max(0);
+    let stock = state.db.stock(product).await?.unwrap_or(0).max(0);
     let spec = LoadSpec {
         initial_stock: row.initial_stock,
         per_user_limit: row.per_user_limit,
@@ -221,11 +192,7 @@ async fn rebuild(
 async fn wait_for_empty_backlog(state: &AppState) -> Result<(), ApiError> {
     let deadline = tokio::time::Instant::now() + state.reload_drain;
     loop {
-        let pending = state
-            .backlog
-            .pending()
-            .await
-            .map_err(|e| ApiError::unavailable("the broker cannot be reached", e))?;
+        let pending = state.backlog.pending().await?;
         if pending == 0 {
             return Ok(());
         }

@@ -1,4 +1,4 @@
-//! The gateway's public contract (API.md), driven over HTTP against the real Redis,
+//! The gateway's public contract (docs/api.md), driven over HTTP against the real Redis,
 //! MariaDB and RocketMQ broker. Each test runs its own gateway on its own database, key
 //! prefix and topic.
 

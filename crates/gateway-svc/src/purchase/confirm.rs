@@ -1,0 +1,128 @@
+//! The local transaction and the broker's check-back: both are `confirm.lua`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use domain::{OrderPlaced, OrderToken};
+use order_queue::{LocalTransaction, TxDecision};
+use platform::telemetry::{ORDER_TOKEN_ATTRIBUTE, annotate, short_token};
+use stock_cache::StockCache;
+use tokio::runtime::Handle;
+use tracing::Instrument;
+
+use super::record::{answer, lua_seconds, lua_span};
+
+/// The span each order in flight was sent under (its `mq.send_half`, or its purchase's while
+/// spans are not exported). The client runs the local transaction on a thread of its own,
+/// with nothing but the order; this is how it finds the span to record itself under, so the
+/// purchase's trace shows it.
+#[derive(Default)]
+pub struct SendSpans(Mutex<HashMap<OrderToken, tracing::Span>>);
+
+impl SendSpans {
+    pub(super) fn insert(&self, token: &OrderToken, span: tracing::Span) {
+        self.lock().insert(token.clone(), span);
+    }
+
+    pub(super) fn remove(&self, token: &OrderToken) {
+        self.lock().remove(token);
+    }
+
+    fn get(&self, token: &OrderToken) -> Option<tracing::Span> {
+        self.lock().get(token).cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<OrderToken, tracing::Span>> {
+        // A panic while holding the lock leaves a map of spans: still usable.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The local transaction and the check-back: both are `confirm.lua`. The client calls
+/// them on its own blocking threads, so they drive Redis on a runtime of their own.
+pub struct ConfirmInRedis {
+    pub cache: StockCache,
+    pub runtime: Handle,
+    /// Where the purchase path leaves the span of each send in flight.
+    pub send_spans: Arc<SendSpans>,
+}
+
+impl ConfirmInRedis {
+    /// confirm.lua for the orders of one message, inside `span` (entered on this thread, so
+    /// log lines carry its trace id).
+    fn confirm(
+        &self,
+        tokens: &[OrderToken],
+        span: tracing::Span,
+        kind: &'static str,
+    ) -> TxDecision {
+        let decision = span.in_scope(|| {
+            let started = Instant::now();
+            let confirmed = self
+                .runtime
+                .block_on(self.cache.confirm_all(tokens).instrument(lua_span("confirm")));
+            lua_seconds("confirm", started);
+            match confirmed {
+                Ok(true) => TxDecision::Commit,
+                Ok(false) => TxDecision::Rollback,
+                Err(error) => {
+                    tracing::warn!(order = %short_token(&tokens[0]), orders = tokens.len(), error = ?error, "confirm.lua failed; the broker will check back.");
+                    TxDecision::Unknown
+                }
+            }
+        });
+        span.record("answer", answer(decision));
+        metrics::counter!("seckill_checkbacks_total", "kind" => kind, "answer" => answer(decision))
+            .increment(1);
+        decision
+    }
+}
+
+impl LocalTransaction for ConfirmInRedis {
+    fn execute(&self, orders: &[OrderPlaced]) -> TxDecision {
+        // Crash point 2: the half message is stored and the flows reserved, but no answer
+        // will come from here; the broker's check-back, served by any gateway of the
+        // producer group, commits them from the flow records.
+        platform::crash_point!("gateway::in_local_transaction");
+        // Fault drills: the local transaction gives no answer, as when confirm.lua times out.
+        #[cfg(feature = "failpoints")]
+        platform::faults::fail::fail_point!("gateway::local_transaction_unanswered", |_| {
+            TxDecision::Unknown
+        });
+        let tokens: Vec<OrderToken> = orders.iter().map(|o| o.order_token.clone()).collect();
+        // Under the first order's send; the other purchases' traces show their own sends.
+        let parent = self.send_spans.get(&tokens[0]);
+        let span = tracing::info_span!(
+            parent: parent.as_ref().and_then(tracing::Span::id),
+            "local_transaction",
+            order = %short_token(&tokens[0]),
+            orders = tokens.len(),
+            answer = tracing::field::Empty,
+        );
+        self.confirm(&tokens, span, "local")
+    }
+
+    fn check(&self, order_tokens: &[OrderToken]) -> TxDecision {
+        // Fault drills: the check-back is answered "unknown" while armed, as if it came later
+        // than the drill's steps (the broker asks seconds to minutes after the send).
+        #[cfg(feature = "failpoints")]
+        platform::faults::fail::fail_point!("gateway::check_back_unanswered", |_| {
+            TxDecision::Unknown
+        });
+        // The broker asks about a half message, maybe long after the purchase and on another
+        // gateway: a trace of its own, which names the (first) order token for the operator.
+        let span = tracing::info_span!(
+            parent: None,
+            "check_back",
+            order = %short_token(&order_tokens[0]),
+            orders = order_tokens.len(),
+            answer = tracing::field::Empty,
+        );
+        annotate(&span, ORDER_TOKEN_ATTRIBUTE, order_tokens[0].to_string());
+        self.confirm(order_tokens, span, "check_back")
+    }
+}
