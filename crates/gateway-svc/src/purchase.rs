@@ -30,7 +30,7 @@ use std::time::Instant;
 
 use domain::{OrderPlaced, OrderToken, PreDeductOutcome, PurchaseClaims};
 use order_queue::{LocalTransaction, OrderBatcher, TxDecision};
-use platform::telemetry::{ORDER_TOKEN_ATTRIBUTE, annotate, short_token};
+use platform::telemetry::{ORDER_TOKEN_ATTRIBUTE, annotate};
 use stock_cache::{ReleaseOutcome, StockCache};
 use tokio::runtime::Handle;
 use tracing::Instrument;
@@ -99,7 +99,7 @@ fn send_span(token: &OrderToken) -> tracing::Span {
         "mq.send_half",
         otel.kind = "producer",
         messaging.system = "rocketmq",
-        order = %short_token(token),
+        order = %token.short(),
         decision = tracing::field::Empty,
     )
 }
@@ -291,7 +291,7 @@ impl PurchaseDesk {
                     return Err(unconfirmed());
                 }
                 Err(error) => {
-                    tracing::warn!(order = %short_token(token), attempt, error = ?error, "confirm.lua failed after an unanswered local transaction.");
+                    tracing::warn!(order = %token.short(), attempt, error = ?error, "confirm.lua failed after an unanswered local transaction.");
                 }
             }
         }
@@ -339,12 +339,12 @@ impl PurchaseDesk {
                     return Ok(());
                 }
                 Err(error) => {
-                    tracing::warn!(order = %short_token(&order.order_token), attempt, error = %error, "The plain message of a committed order was not stored.");
+                    tracing::warn!(order = %order.order_token.short(), attempt, error = %error, "The plain message of a committed order was not stored.");
                 }
             }
         }
         metrics::counter!("seckill_orders_sent_plain_total", "outcome" => "failed").increment(1);
-        tracing::warn!(order = %short_token(&order.order_token), "A committed order goes to the check-back or reconcile: its plain message was not stored.");
+        tracing::warn!(order = %order.order_token.short(), "A committed order goes to the check-back or reconcile: its plain message was not stored.");
         outcome("accepted");
         Ok(())
     }
@@ -374,7 +374,7 @@ impl PurchaseDesk {
             // Only confirm.lua commits a flow, and no message was sent for this one: a
             // reconcile run would have to have confirmed it. Its order is on the way.
             Withdrawal::Committed => {
-                tracing::warn!(order = %short_token(token), "An unanswered pre-deduct's flow was already committed; its order stands.");
+                tracing::warn!(order = %token.short(), "An unanswered pre-deduct's flow was already committed; its order stands.");
                 let order = OrderPlaced::new(
                     token.clone(),
                     claims.user_id,
@@ -403,11 +403,11 @@ impl PurchaseDesk {
                     return Withdrawal::Withdrawn;
                 }
                 Err(error) => {
-                    tracing::warn!(order = %short_token(token), attempt, reason, error = ?error, "release.lua failed.");
+                    tracing::warn!(order = %token.short(), attempt, reason, error = ?error, "release.lua failed.");
                 }
             }
         }
-        tracing::warn!(order = %short_token(token), reason, "Redis answered no release; the gateway goes on giving the token back in the background.");
+        tracing::warn!(order = %token.short(), reason, "Redis answered no release; the gateway goes on giving the token back in the background.");
         metrics::counter!("seckill_withdrawals_in_background_total").increment(1);
         tokio::spawn(keep_withdrawing(self.cache.clone(), token.clone(), reason));
         Withdrawal::Pending
@@ -483,20 +483,20 @@ async fn keep_withdrawing(cache: StockCache, token: OrderToken, reason: &'static
             Ok(ReleaseOutcome::AlreadyCommitted) => {
                 metrics::counter!("seckill_withdrawals_late_total", "outcome" => "committed")
                     .increment(1);
-                tracing::error!(order = %short_token(&token), reason, "A purchase answered 503 was committed before its release landed: the buyer has an order.");
+                tracing::error!(order = %token.short(), reason, "A purchase answered 503 was committed before its release landed: the buyer has an order.");
                 return;
             }
             Ok(_) => {
                 metrics::counter!("seckill_withdrawals_late_total", "outcome" => "withdrawn")
                     .increment(1);
-                tracing::info!(order = %short_token(&token), reason, "A refused purchase's token was given back late.");
+                tracing::info!(order = %token.short(), reason, "A refused purchase's token was given back late.");
                 return;
             }
             Err(_) => {}
         }
     }
     metrics::counter!("seckill_withdrawals_late_total", "outcome" => "gave_up").increment(1);
-    tracing::error!(order = %short_token(&token), reason, "Redis answered no release of a purchase answered 503; reconcile will settle its flow, if any.");
+    tracing::error!(order = %token.short(), reason, "Redis answered no release of a purchase answered 503; reconcile will settle its flow, if any.");
 }
 
 /// The 503 of a purchase whose pre-deduct Redis did not answer, or whose reservation the
@@ -556,7 +556,7 @@ impl ConfirmInRedis {
                 Ok(true) => TxDecision::Commit,
                 Ok(false) => TxDecision::Rollback,
                 Err(error) => {
-                    tracing::warn!(order = %short_token(&tokens[0]), orders = tokens.len(), error = ?error, "confirm.lua failed; the broker will check back.");
+                    tracing::warn!(order = %tokens[0].short(), orders = tokens.len(), error = ?error, "confirm.lua failed; the broker will check back.");
                     TxDecision::Unknown
                 }
             }
@@ -585,7 +585,7 @@ impl LocalTransaction for ConfirmInRedis {
         let span = tracing::info_span!(
             parent: parent.as_ref().and_then(tracing::Span::id),
             "local_transaction",
-            order = %short_token(&tokens[0]),
+            order = %tokens[0].short(),
             orders = tokens.len(),
             answer = tracing::field::Empty,
         );
@@ -604,7 +604,7 @@ impl LocalTransaction for ConfirmInRedis {
         let span = tracing::info_span!(
             parent: None,
             "check_back",
-            order = %short_token(&order_tokens[0]),
+            order = %order_tokens[0].short(),
             orders = order_tokens.len(),
             answer = tracing::field::Empty,
         );

@@ -17,11 +17,12 @@
 //!   JSON lines put the event's fields first, then `message` — the sentence — then where it
 //!   came from (`target`, the span stack).
 //! - **No secrets, no full tokens.** Secrets are `SecretString`s (their Debug is redacted);
-//!   order tokens are logged through [`short_token`]. The full order token goes to spans
-//!   only as an OpenTelemetry attribute ([`annotate`]), never into a log line.
+//!   order tokens are logged in their short form (`OrderToken::short`). The full order
+//!   token goes to spans only as an OpenTelemetry attribute ([`annotate`]), never into a
+//!   log line.
 
 use std::collections::HashMap;
-use std::fmt::{self, Display, Write as _};
+use std::fmt::{self, Write as _};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -351,22 +352,6 @@ pub fn annotate(span: &tracing::Span, key: &'static str, value: String) {
     span.set_attribute(key, value);
 }
 
-/// The short form of an order token for log lines: `<product>-<first 8 hex>`. Enough to tell
-/// orders apart in an incident and to find the full token in MySQL; not enough to use it.
-pub fn short_token(token: &dyn Display) -> String {
-    let full = token.to_string();
-    match full.split_once('-') {
-        Some((product, nonce)) => {
-            let head: String = nonce.chars().take(8).collect();
-            format!("{product}-{head}…")
-        }
-        None => {
-            let head: String = full.chars().take(8).collect();
-            format!("{head}…")
-        }
-    }
-}
-
 /// The trace and span ids of the span `event` was emitted in: the innermost span around it
 /// (its explicit parent, else the current one) that has an OpenTelemetry context, whatever
 /// the log filter lets through — spans of other crates have none. Read from the span tree,
@@ -629,16 +614,6 @@ mod tests {
         assert_eq!(traces_endpoint("http://collector:4318", disabled), None);
     }
 
-    #[test]
-    fn a_short_token_keeps_the_product_and_eight_hex_digits() {
-        assert_eq!(
-            short_token(&"42-0123456789abcdef0123456789abcdef"),
-            "42-01234567…"
-        );
-        assert_eq!(short_token(&"7-abc"), "7-abc…");
-        assert_eq!(short_token(&"plain"), "plain…");
-    }
-
     /// Log lines written by `emit` under a subscriber of `format` with a non-exporting
     /// provider (as without an OTLP endpoint).
     fn captured(format: LogFormat, emit: impl FnOnce()) -> String {
@@ -680,7 +655,11 @@ mod tests {
             let span = tracing::info_span!("purchase", product_id = 7);
             let _entered = span.enter();
             ids = trace_id_of(&span);
-            tracing::info!(order = %short_token(&"7-0123456789abcdef0123456789abcdef"), quantity = 2, "Purchase queued.");
+            let token = domain::OrderToken::new(
+                domain::ProductId(7),
+                0x0123_4567_89ab_cdef_0123_4567_89ab_cdef,
+            );
+            tracing::info!(order = %token.short(), quantity = 2, "Purchase queued.");
         });
         let lines: Vec<Value> = text
             .lines()

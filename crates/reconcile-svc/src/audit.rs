@@ -23,7 +23,7 @@ use domain::reconcile::{DiscrepancyKind, FlowFact, TokenFacts, classify, drift};
 use domain::{FlowRecord, FlowState, OrderPlaced, OrderToken, ProductId};
 use order_queue::OrderPublisher;
 use order_store::{Db, DiscrepancyRecord, RunStatus, UnwritableOrderRow};
-use platform::telemetry::{ORDER_TOKEN_ATTRIBUTE, annotate, short_token};
+use platform::telemetry::{ORDER_TOKEN_ATTRIBUTE, annotate};
 use stock_cache::{ReleaseOutcome, StockCache};
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -704,7 +704,7 @@ impl Auditor {
             detail,
         };
         if let Err(why) = room.take(flow.quantity, refused) {
-            tracing::error!(order = %short_token(token), why, "A missing order MySQL cannot take; reported unresolved.");
+            tracing::error!(order = %token.short(), why, "A missing order MySQL cannot take; reported unresolved.");
             return finding(Outcome::Unresolved, why);
         }
         if self.dry_run {
@@ -740,7 +740,7 @@ impl Auditor {
             .await;
         match published {
             Ok(()) => {
-                tracing::info!(order = %short_token(token), "Missing order re-published.");
+                tracing::info!(order = %token.short(), "Missing order re-published.");
                 finding(Outcome::Repaired, "confirmed and re-published".into())
             }
             Err(error) => finding(Outcome::Unresolved, format!("publish failed: {error}")),
@@ -790,7 +790,7 @@ async fn traced_repair(
         parent: None,
         "reconcile_repair",
         kind = kind.as_str(),
-        order = %short_token(token),
+        order = %token.short(),
         action = Empty,
         outcome = Empty,
     );

@@ -6,7 +6,6 @@ use actix_web::dev::ServiceRequest;
 use actix_web::{HttpResponse, web};
 use chrono::{DateTime, SecondsFormat, Utc};
 use domain::{OrderToken, PurchaseClaims, TokenError};
-use platform::telemetry::short_token;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use tracing::Instrument;
@@ -295,7 +294,7 @@ async fn detached_purchase(
             let outcome = state.desk.purchase(&claims, quantity).await;
             drop(slot);
             // Only for the lines below: most refusals log nothing.
-            let order = || short_token(&claims.order_token);
+            let order = || claims.order_token.short();
             if outcome.is_ok() {
                 tracing::info!(order = %order(), quantity, "Purchase queued.");
             }
@@ -442,13 +441,13 @@ async fn queued_or_written(
                 .mark_confirmed(std::slice::from_ref(token))
                 .await
             {
-                tracing::warn!(order = %short_token(token), error = %error, "Could not record in Redis an order MySQL holds.");
+                tracing::warn!(order = %token.short(), error = %error, "Could not record in Redis an order MySQL holds.");
             }
             OrderState::Confirmed
         }
         Ok(None) => OrderState::Queued,
         Err(error) => {
-            tracing::warn!(order = %short_token(token), error = %error, "MySQL did not answer whether a queued order is written.");
+            tracing::warn!(order = %token.short(), error = %error, "MySQL did not answer whether a queued order is written.");
             OrderState::Queued
         }
     }
