@@ -306,7 +306,7 @@ impl Auditor {
         let mut page = self.cache.scan_flows(product, 0, self.scan_batch).await?;
         loop {
             lease.check()?;
-            let tokens: Vec<String> = page.flows.iter().map(|(t, _)| t.to_string()).collect();
+            let tokens: Vec<OrderToken> = page.flows.iter().map(|(t, _)| t.clone()).collect();
             let next_cursor = page.next_cursor;
             let (orders, next_page) =
                 tokio::join!(self.db.orders_for_tokens(product, &tokens), async {
@@ -320,10 +320,10 @@ impl Auditor {
                     }
                 });
             let orders = orders?;
-            for ((token, flow), text) in page.flows.iter().zip(&tokens) {
+            for (token, flow) in &page.flows {
                 report.flows += 1;
                 report.flow_units += i64::from(flow.quantity);
-                let order = orders.get(text);
+                let order = orders.get(token);
                 scan.matched_orders += u64::from(order.is_some());
                 let facts = TokenFacts {
                     flow: Some(FlowFact {
@@ -334,7 +334,7 @@ impl Auditor {
                     has_stock_flow: order.is_some_and(|o| o.has_stock_flow),
                 };
                 match classify(facts, now_ms, grace_ms) {
-                    Some(DiscrepancyKind::MissingOrder) if collected.insert(text.clone()) => {
+                    Some(DiscrepancyKind::MissingOrder) if collected.insert(token.clone()) => {
                         scan.missing.push((token.clone(), flow.clone()));
                     }
                     // Seen before on an earlier page of the scan.
@@ -349,7 +349,9 @@ impl Auditor {
                             .await,
                         );
                     }
-                    Some(other) => findings.push(reported(product, other, Some(text), "")),
+                    Some(other) => {
+                        findings.push(reported(product, other, Some(&token.to_string()), ""));
+                    }
                     None if order.is_none() => {
                         report.in_flight += 1;
                         scan.in_flight_units += i64::from(flow.quantity);
@@ -390,15 +392,15 @@ impl Auditor {
         }
         scan.missing.sort_by_key(|(_, flow)| flow.reserved_at_ms);
         let mut room = self.mysql_room(product, scan.in_flight_units).await?;
-        let tokens: Vec<String> = scan.missing.iter().map(|(t, _)| t.to_string()).collect();
+        let tokens: Vec<OrderToken> = scan.missing.iter().map(|(t, _)| t.clone()).collect();
         let refused = self
             .db
             .unwritable_orders_for_tokens(product, &tokens)
             .await?;
         let mut restored_units = 0;
-        for ((token, flow), text) in scan.missing.iter().zip(&tokens) {
+        for (token, flow) in &scan.missing {
             lease.check()?;
-            let repair = self.repair_missing(token, flow, policy, &mut room, refused.get(text));
+            let repair = self.repair_missing(token, flow, policy, &mut room, refused.get(token));
             let finding = traced_repair(token, DiscrepancyKind::MissingOrder, repair).await;
             if (finding.action, finding.outcome) == (Action::Restore, Outcome::Repaired) {
                 // The flow is gone and its units are back in stock: the totals are read

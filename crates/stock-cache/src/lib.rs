@@ -770,7 +770,8 @@ impl StockCache {
         .await
     }
 
-    /// Which of these tokens have a flow, in one round trip.
+    /// Which of these tokens have a flow, in one round trip. Text, as MySQL's orders hold
+    /// them: a malformed one is answered (it has no flow) rather than refused.
     pub async fn flows_exist(
         &self,
         product: ProductId,
