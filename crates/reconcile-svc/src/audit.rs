@@ -12,7 +12,7 @@
 //! Metrics: runs by status, discrepancies by kind, repairs by action and outcome, the last
 //! run's unresolved count, per-product drift and stock, last run time and duration.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use chrono::{SecondsFormat, Utc};
 use domain::reconcile::{DiscrepancyKind, FlowFact, TokenFacts, classify, drift};
 use domain::{FlowRecord, FlowState, OrderPlaced, OrderToken, ProductId};
 use order_queue::OrderPublisher;
-use order_store::{Db, DiscrepancyRecord, RunStatus, UnwritableOrderRow};
+use order_store::{Db, DiscrepancyRecord, OrderFacts, RunStatus, UnwritableOrderRow};
 use platform::telemetry::{ORDER_TOKEN_ATTRIBUTE, annotate};
 use stock_cache::{ReleaseOutcome, StockCache};
 use tracing::Instrument;
@@ -278,12 +278,7 @@ impl Auditor {
         .await?;
         self.judge_mysql(product, row.initial_stock, &mut report, findings)
             .await?;
-        for finding in findings.iter() {
-            *report
-                .found
-                .entry(finding.kind.as_str().to_owned())
-                .or_default() += 1;
-        }
+        report.found = count_by_kind(findings);
         Ok(Some(report))
     }
 
@@ -325,15 +320,7 @@ impl Auditor {
                 report.flow_units += i64::from(flow.quantity);
                 let order = orders.get(token);
                 scan.matched_orders += u64::from(order.is_some());
-                let facts = TokenFacts {
-                    flow: Some(FlowFact {
-                        reserved_at_ms: flow.reserved_at_ms,
-                        state: flow.state,
-                    }),
-                    has_order: order.is_some(),
-                    has_stock_flow: order.is_some_and(|o| o.has_stock_flow),
-                };
-                match classify(facts, now_ms, grace_ms) {
+                match judge_flow(flow, order, now_ms, grace_ms) {
                     Some(DiscrepancyKind::MissingOrder) if collected.insert(token.clone()) => {
                         scan.missing.push((token.clone(), flow.clone()));
                     }
@@ -810,6 +797,33 @@ async fn traced_repair(
         );
     });
     finding
+}
+
+/// What pass 1 makes of one flow, given the order MySQL holds for its token, if any.
+fn judge_flow(
+    flow: &FlowRecord,
+    order: Option<&OrderFacts>,
+    now_ms: i64,
+    grace_ms: i64,
+) -> Option<DiscrepancyKind> {
+    let facts = TokenFacts {
+        flow: Some(FlowFact {
+            reserved_at_ms: flow.reserved_at_ms,
+            state: flow.state,
+        }),
+        has_order: order.is_some(),
+        has_stock_flow: order.is_some_and(|o| o.has_stock_flow),
+    };
+    classify(facts, now_ms, grace_ms)
+}
+
+/// The product report's `found`: how many discrepancies of each kind.
+fn count_by_kind(findings: &[Finding]) -> BTreeMap<String, u64> {
+    let mut found = BTreeMap::new();
+    for finding in findings {
+        *found.entry(finding.kind.as_str().to_owned()).or_default() += 1;
+    }
+    found
 }
 
 /// `seckill_reconcile_drift_units{product_id, store}`: the gap the last judgement found.
