@@ -1,6 +1,7 @@
 //! The flow record: one per reserved purchase, written by `lua/pre_deduct.lua` into the
 //! product's `flow` hash and moved on only by `confirm.lua` (→ committed) or
-//! `release.lua` (→ deleted, tombstoned). The scripts write the JSON; this type reads it.
+//! `release.lua` (→ deleted, tombstoned). The scripts write the JSON; this type reads it,
+//! and writes it only where Redis lost a product and its flows are rebuilt from MySQL.
 
 use serde::{Deserialize, Serialize};
 
@@ -42,5 +43,23 @@ mod tests {
         assert_eq!(flow.user_id, UserId(u64::MAX));
         assert_eq!(flow.quantity, 2);
         assert_eq!(flow.state, FlowState::Reserved);
+    }
+
+    #[test]
+    fn a_written_record_reads_back_as_itself() {
+        let flow = FlowRecord {
+            user_id: UserId(3),
+            quantity: 1,
+            stock_before: 0,
+            stock_after: 0,
+            reserved_at_ms: 1_700_000_000_000,
+            state: FlowState::Committed,
+        };
+        let json = serde_json::to_string(&flow).unwrap();
+        assert_eq!(
+            json,
+            r#"{"user_id":3,"quantity":1,"stock_before":0,"stock_after":0,"reserved_at_ms":1700000000000,"state":"committed"}"#
+        );
+        assert_eq!(FlowRecord::from_json(&json).unwrap(), flow);
     }
 }

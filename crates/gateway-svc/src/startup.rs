@@ -23,6 +23,23 @@ use crate::rate_limit::RateLimits;
 use crate::routes::{self, AppState};
 use crate::sold_out::SoldOutFlags;
 
+/// Redis connections of the confirm runtime, which runs confirm.lua for the local
+/// transactions and check-backs. Each connection carries many calls at once (redis-rs
+/// multiplexes them), so a few serve every local transaction under way.
+const CONFIRM_REDIS_POOL: usize = 16;
+
+/// The RocketMQ client's blocking pool, where the local transactions run. It rejects rather
+/// than queues when full (the transaction then ends as unknown, for the check-back), so it
+/// is sized for the sends under way at once, not for the average.
+const MQ_BLOCKING_PARALLELISM: usize = 64;
+
+/// Connections the kernel holds for the server before it accepts them, and connections each
+/// worker may be setting up at once. A sale's crowd connects in the same second: the burst
+/// must wait to be accepted, not be refused by the kernel, so that every buyer is answered,
+/// if only by a rate limit.
+const ACCEPT_BACKLOG: u32 = 4096;
+const MAX_CONNECTION_RATE: usize = 4096;
+
 /// A built gateway: bound, connected, not yet serving.
 pub struct Application {
     port: u16,
@@ -124,16 +141,15 @@ impl Application {
         let confirm_runtime =
             SideRuntime::new("confirm", 2).context("cannot start the confirm runtime")?;
         // Its own pool: connections live on the runtime that drives them.
-        let confirm_cache = cache.with_own_pool(16);
+        let confirm_cache = cache.with_own_pool(CONFIRM_REDIS_POOL);
         let send_spans = Arc::new(SendSpans::default());
         let confirm = Arc::new(ConfirmInRedis {
             cache: confirm_cache,
             runtime: confirm_runtime.handle(),
             send_spans: send_spans.clone(),
         });
-        // The local transaction runs on the client's blocking pool, which rejects rather
-        // than queues when full: size it for the number of concurrent sends.
-        let mq_runtime = MqRuntime::new("gateway", 64).context("cannot start the MQ client")?;
+        let mq_runtime = MqRuntime::new("gateway", MQ_BLOCKING_PARALLELISM)
+            .context("cannot start the MQ client")?;
         order_queue::ensure_topic(&mq_runtime, &settings.rocketmq)
             .await
             .context("cannot create the order topic")?;
@@ -210,8 +226,8 @@ impl Application {
         })
         .workers(workers)
         .keep_alive(keep_alive)
-        .backlog(4096)
-        .max_connection_rate(4096)
+        .backlog(ACCEPT_BACKLOG)
+        .max_connection_rate(MAX_CONNECTION_RATE)
         .shutdown_timeout(grace.as_secs())
         .disable_signals()
         .listen(listener)?

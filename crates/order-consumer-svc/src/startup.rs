@@ -16,6 +16,11 @@ use stock_cache::StockCache;
 
 use crate::writer::OrderWriter;
 
+/// The RocketMQ client's blocking pool, which runs the consumed batches. At most
+/// `consumer.concurrency` consume threads hand it batches, so this leaves it room to spare:
+/// a batch the full pool rejects is only retried later, a delay for nothing.
+const MQ_BLOCKING_PARALLELISM: usize = 16;
+
 pub struct Application {
     port: u16,
     ops_server: Server,
@@ -57,8 +62,8 @@ impl Application {
             consumer.max_reconsume_times,
         ));
 
-        let mq_runtime =
-            MqRuntime::new("order-consumer", 16).context("cannot start the MQ client")?;
+        let mq_runtime = MqRuntime::new("order-consumer", MQ_BLOCKING_PARALLELISM)
+            .context("cannot start the MQ client")?;
         order_queue::ensure_topic(&mq_runtime, &settings.rocketmq)
             .await
             .context("cannot create the order topic")?;

@@ -21,7 +21,7 @@ use std::time::Instant;
 use domain::OrderPlaced;
 use order_queue::{BatchHandler, BatchVerdict, Delivery};
 use order_store::{Db, StoreError, WriteSummary};
-use platform::telemetry::{self, short_token};
+use platform::telemetry;
 use stock_cache::StockCache;
 use tokio::runtime::Handle;
 use tracing::Instrument;
@@ -247,12 +247,12 @@ impl OrderWriter {
             .record_unwritable_order(order, &delivery.msg_id, &reason)
             .await
         {
-            tracing::warn!(order = %short_token(&order.order_token), error = ?db_error, "Cannot record an order MySQL refused; retrying the batch.");
+            tracing::warn!(order = %order.order_token.short(), error = ?db_error, "Cannot record an order MySQL refused; retrying the batch.");
             return false;
         }
         metrics::counter!("seckill_consumer_unwritable_total").increment(1);
         tracing::error!(
-            order = %short_token(&order.order_token),
+            order = %order.order_token.short(),
             msg_id = %delivery.msg_id,
             reason,
             "MySQL refuses an order for good; it is recorded in unwritable_order for reconcile and a person, and the rest of its batch goes on."
@@ -326,7 +326,7 @@ fn order_spans(decoded: &[(&Delivery, OrderPlaced)]) -> Vec<tracing::Span> {
                 parent: None,
                 "consume_order",
                 otel.kind = "consumer",
-                order = %short_token(&order.order_token),
+                order = %order.order_token.short(),
                 reconsume_times = delivery.reconsume_times,
             );
             telemetry::adopt_traceparent(&span, traceparent);

@@ -118,6 +118,7 @@ impl WriteSummary {
 /// acknowledged without it, and it waits, unresolved, for a person.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnwritableOrderRow {
+    /// As MySQL holds it: a row a person must read is shown even if its token is malformed.
     pub order_token: String,
     pub product_id: ProductId,
     pub user_id: UserId,

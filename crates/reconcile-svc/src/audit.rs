@@ -12,7 +12,7 @@
 //! Metrics: runs by status, discrepancies by kind, repairs by action and outcome, the last
 //! run's unresolved count, per-product drift and stock, last run time and duration.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -22,8 +22,8 @@ use chrono::{SecondsFormat, Utc};
 use domain::reconcile::{DiscrepancyKind, FlowFact, TokenFacts, classify, drift};
 use domain::{FlowRecord, FlowState, OrderPlaced, OrderToken, ProductId};
 use order_queue::OrderPublisher;
-use order_store::{Db, DiscrepancyRecord, RunStatus, UnwritableOrderRow};
-use platform::telemetry::{ORDER_TOKEN_ATTRIBUTE, annotate, short_token};
+use order_store::{Db, DiscrepancyRecord, OrderFacts, RunStatus, UnwritableOrderRow};
+use platform::telemetry::{ORDER_TOKEN_ATTRIBUTE, annotate};
 use stock_cache::{ReleaseOutcome, StockCache};
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -278,12 +278,7 @@ impl Auditor {
         .await?;
         self.judge_mysql(product, row.initial_stock, &mut report, findings)
             .await?;
-        for finding in findings.iter() {
-            *report
-                .found
-                .entry(finding.kind.as_str().to_owned())
-                .or_default() += 1;
-        }
+        report.found = count_by_kind(findings);
         Ok(Some(report))
     }
 
@@ -306,7 +301,7 @@ impl Auditor {
         let mut page = self.cache.scan_flows(product, 0, self.scan_batch).await?;
         loop {
             lease.check()?;
-            let tokens: Vec<String> = page.flows.iter().map(|(t, _)| t.to_string()).collect();
+            let tokens: Vec<OrderToken> = page.flows.iter().map(|(t, _)| t.clone()).collect();
             let next_cursor = page.next_cursor;
             let (orders, next_page) =
                 tokio::join!(self.db.orders_for_tokens(product, &tokens), async {
@@ -320,21 +315,13 @@ impl Auditor {
                     }
                 });
             let orders = orders?;
-            for ((token, flow), text) in page.flows.iter().zip(&tokens) {
+            for (token, flow) in &page.flows {
                 report.flows += 1;
                 report.flow_units += i64::from(flow.quantity);
-                let order = orders.get(text);
+                let order = orders.get(token);
                 scan.matched_orders += u64::from(order.is_some());
-                let facts = TokenFacts {
-                    flow: Some(FlowFact {
-                        reserved_at_ms: flow.reserved_at_ms,
-                        state: flow.state,
-                    }),
-                    has_order: order.is_some(),
-                    has_stock_flow: order.is_some_and(|o| o.has_stock_flow),
-                };
-                match classify(facts, now_ms, grace_ms) {
-                    Some(DiscrepancyKind::MissingOrder) if collected.insert(text.clone()) => {
+                match judge_flow(flow, order, now_ms, grace_ms) {
+                    Some(DiscrepancyKind::MissingOrder) if collected.insert(token.clone()) => {
                         scan.missing.push((token.clone(), flow.clone()));
                     }
                     // Seen before on an earlier page of the scan.
@@ -349,7 +336,9 @@ impl Auditor {
                             .await,
                         );
                     }
-                    Some(other) => findings.push(reported(product, other, Some(text), "")),
+                    Some(other) => {
+                        findings.push(reported(product, other, Some(&token.to_string()), ""));
+                    }
                     None if order.is_none() => {
                         report.in_flight += 1;
                         scan.in_flight_units += i64::from(flow.quantity);
@@ -390,15 +379,15 @@ impl Auditor {
         }
         scan.missing.sort_by_key(|(_, flow)| flow.reserved_at_ms);
         let mut room = self.mysql_room(product, scan.in_flight_units).await?;
-        let tokens: Vec<String> = scan.missing.iter().map(|(t, _)| t.to_string()).collect();
+        let tokens: Vec<OrderToken> = scan.missing.iter().map(|(t, _)| t.clone()).collect();
         let refused = self
             .db
             .unwritable_orders_for_tokens(product, &tokens)
             .await?;
         let mut restored_units = 0;
-        for ((token, flow), text) in scan.missing.iter().zip(&tokens) {
+        for (token, flow) in &scan.missing {
             lease.check()?;
-            let repair = self.repair_missing(token, flow, policy, &mut room, refused.get(text));
+            let repair = self.repair_missing(token, flow, policy, &mut room, refused.get(token));
             let finding = traced_repair(token, DiscrepancyKind::MissingOrder, repair).await;
             if (finding.action, finding.outcome) == (Action::Restore, Outcome::Repaired) {
                 // The flow is gone and its units are back in stock: the totals are read
@@ -704,7 +693,7 @@ impl Auditor {
             detail,
         };
         if let Err(why) = room.take(flow.quantity, refused) {
-            tracing::error!(order = %short_token(token), why, "A missing order MySQL cannot take; reported unresolved.");
+            tracing::error!(order = %token.short(), why, "A missing order MySQL cannot take; reported unresolved.");
             return finding(Outcome::Unresolved, why);
         }
         if self.dry_run {
@@ -740,7 +729,7 @@ impl Auditor {
             .await;
         match published {
             Ok(()) => {
-                tracing::info!(order = %short_token(token), "Missing order re-published.");
+                tracing::info!(order = %token.short(), "Missing order re-published.");
                 finding(Outcome::Repaired, "confirmed and re-published".into())
             }
             Err(error) => finding(Outcome::Unresolved, format!("publish failed: {error}")),
@@ -790,7 +779,7 @@ async fn traced_repair(
         parent: None,
         "reconcile_repair",
         kind = kind.as_str(),
-        order = %short_token(token),
+        order = %token.short(),
         action = Empty,
         outcome = Empty,
     );
@@ -808,6 +797,33 @@ async fn traced_repair(
         );
     });
     finding
+}
+
+/// What pass 1 makes of one flow, given the order MySQL holds for its token, if any.
+fn judge_flow(
+    flow: &FlowRecord,
+    order: Option<&OrderFacts>,
+    now_ms: i64,
+    grace_ms: i64,
+) -> Option<DiscrepancyKind> {
+    let facts = TokenFacts {
+        flow: Some(FlowFact {
+            reserved_at_ms: flow.reserved_at_ms,
+            state: flow.state,
+        }),
+        has_order: order.is_some(),
+        has_stock_flow: order.is_some_and(|o| o.has_stock_flow),
+    };
+    classify(facts, now_ms, grace_ms)
+}
+
+/// The product report's `found`: how many discrepancies of each kind.
+fn count_by_kind(findings: &[Finding]) -> BTreeMap<String, u64> {
+    let mut found = BTreeMap::new();
+    for finding in findings {
+        *found.entry(finding.kind.as_str().to_owned()).or_default() += 1;
+    }
+    found
 }
 
 /// `seckill_reconcile_drift_units{product_id, store}`: the gap the last judgement found.

@@ -19,6 +19,15 @@ use stock_cache::StockCache;
 
 use crate::audit::{Auditor, Policy};
 
+/// Connections to MySQL and to Redis, each. One run at a time holds the lease, and a run
+/// takes one step at a time, overlapping at most the next Redis page with the MySQL read of
+/// this one: a few connections serve it.
+const STORE_POOL_SIZE: usize = 4;
+
+/// The RocketMQ client's blocking pool. Reconcile sends plain messages only (no local
+/// transaction, no check-back to answer), so the pool has next to nothing to run.
+const MQ_BLOCKING_PARALLELISM: usize = 4;
+
 /// Reconcile only ever sends plain messages (re-publish), never half messages, so the
 /// broker has nothing to check back on in its producer group.
 struct NoHalfMessages;
@@ -56,16 +65,17 @@ impl Application {
         order_store::migrate(mysql_url)
             .await
             .context("cannot migrate MySQL")?;
-        let db = Db::connect(mysql_url, 4).context("cannot set up MySQL")?;
+        let db = Db::connect(mysql_url, STORE_POOL_SIZE).context("cannot set up MySQL")?;
         let redis = &settings.redis;
         let cache = StockCache::new(
             &redis.url,
-            4,
+            STORE_POOL_SIZE,
             &redis.key_prefix,
             Duration::from_millis(redis.timeout_ms),
         )
         .context("cannot set up Redis")?;
-        let mq_runtime = MqRuntime::new("reconcile", 4).context("cannot start the MQ client")?;
+        let mq_runtime = MqRuntime::new("reconcile", MQ_BLOCKING_PARALLELISM)
+            .context("cannot start the MQ client")?;
         let mut mq = settings.rocketmq.clone();
         mq.producer_group = format!("{}-reconcile", mq.producer_group);
         let publisher = Arc::new(

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use deadpool_redis::Runtime;
 use deadpool_redis::redis::{self, AsyncCommands, FromRedisValue, ScriptInvocation};
-use domain::{FlowRecord, OrderToken, PreDeductOutcome, ProductId, UserId};
+use domain::{FlowRecord, FlowState, OrderToken, PreDeductOutcome, ProductId, UserId};
 use serde::Deserialize;
 
 pub use keys::ProductKeys;
@@ -211,6 +211,7 @@ pub struct LoadSpec {
 /// An order MySQL holds, as [`StockCache::restore_orders`] writes it back into Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RestoredOrder {
+    /// As MySQL holds it: a malformed token is written back too, for reconcile to report.
     pub order_token: String,
     pub user_id: UserId,
     pub quantity: u32,
@@ -617,13 +618,17 @@ impl StockCache {
             let mut conn = self.connection().await?;
             let mut pipe = redis::pipe();
             for order in orders {
-                // The same shape pre_deduct.lua writes; the stock at the time is not known.
-                let flow = format!(
-                    r#"{{"user_id":{},"quantity":{},"stock_before":0,"stock_after":0,"reserved_at_ms":{},"state":"committed"}}"#,
-                    order.user_id.get(),
-                    order.quantity,
-                    order.reserved_at_ms
-                );
+                // The record pre_deduct.lua would have written; the stock at the time is not
+                // known, and nothing reads it back.
+                let flow = FlowRecord {
+                    user_id: order.user_id,
+                    quantity: order.quantity,
+                    stock_before: 0,
+                    stock_after: 0,
+                    reserved_at_ms: order.reserved_at_ms,
+                    state: FlowState::Committed,
+                };
+                let flow = serde_json::to_string(&flow).expect("a flow record always serialises");
                 pipe.hset(&keys.flow, &order.order_token, flow)
                     .ignore()
                     .hincr(&keys.users, order.user_id.get(), order.quantity)
@@ -753,7 +758,8 @@ impl StockCache {
         .await
     }
 
-    /// Which of these tokens have a flow, in one round trip.
+    /// Which of these tokens have a flow, in one round trip. Text, as MySQL's orders hold
+    /// them: a malformed one is answered (it has no flow) rather than refused.
     pub async fn flows_exist(
         &self,
         product: ProductId,

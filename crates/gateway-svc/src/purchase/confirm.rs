@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use domain::{OrderPlaced, OrderToken};
 use order_queue::{LocalTransaction, TxDecision};
-use platform::telemetry::{ORDER_TOKEN_ATTRIBUTE, annotate, short_token};
+use platform::telemetry::{ORDER_TOKEN_ATTRIBUTE, annotate};
 use stock_cache::StockCache;
 use tokio::runtime::Handle;
 use tracing::Instrument;
@@ -70,7 +70,7 @@ impl ConfirmInRedis {
                 Ok(true) => TxDecision::Commit,
                 Ok(false) => TxDecision::Rollback,
                 Err(error) => {
-                    tracing::warn!(order = %short_token(&tokens[0]), orders = tokens.len(), error = ?error, "confirm.lua failed; the broker will check back.");
+                    tracing::warn!(order = %tokens[0].short(), orders = tokens.len(), error = ?error, "confirm.lua failed; the broker will check back.");
                     TxDecision::Unknown
                 }
             }
@@ -99,7 +99,7 @@ impl LocalTransaction for ConfirmInRedis {
         let span = tracing::info_span!(
             parent: parent.as_ref().and_then(tracing::Span::id),
             "local_transaction",
-            order = %short_token(&tokens[0]),
+            order = %tokens[0].short(),
             orders = tokens.len(),
             answer = tracing::field::Empty,
         );
@@ -118,7 +118,7 @@ impl LocalTransaction for ConfirmInRedis {
         let span = tracing::info_span!(
             parent: None,
             "check_back",
-            order = %short_token(&order_tokens[0]),
+            order = %order_tokens[0].short(),
             orders = order_tokens.len(),
             answer = tracing::field::Empty,
         );

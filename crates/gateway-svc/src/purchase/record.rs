@@ -5,7 +5,6 @@
 use std::time::Instant;
 
 use domain::{OrderToken, PurchaseOutcome, Refusal, TokenRefusal, Unsettled};
-use platform::telemetry::short_token;
 
 use crate::error::ApiError;
 
@@ -88,14 +87,14 @@ pub fn answered(outcome: PurchaseOutcome) -> PurchaseOutcome {
 pub fn settled(outcome: &PurchaseOutcome, order: &OrderToken, quantity: u32) {
     ended(outcome);
     if outcome.is_queued() {
-        tracing::info!(order = %short_token(order), quantity, "Purchase queued.");
+        tracing::info!(order = %order.short(), quantity, "Purchase queued.");
     }
 }
 
 /// The buyer hung up before the purchase was answered: counted and logged, with the cause
 /// of a 503 that no answer will log now.
 pub fn unheard(outcome: PurchaseOutcome, order: &OrderToken) {
-    let order = short_token(order);
+    let order = order.short();
     if outcome.is_queued() {
         metrics::counter!("seckill_purchases_unheard_total", "outcome" => "accepted").increment(1);
         tracing::info!(%order, "The buyer hung up before the purchase was answered; it was accepted.");
@@ -140,7 +139,7 @@ pub fn send_span(token: &OrderToken) -> tracing::Span {
         "mq.send_half",
         otel.kind = "producer",
         messaging.system = "rocketmq",
-        order = %short_token(token),
+        order = %token.short(),
         decision = tracing::field::Empty,
     )
 }

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use domain::{OrderPlaced, OrderToken, PurchaseClaims, PurchaseOutcome, Unsettled};
-use platform::telemetry::short_token;
 use stock_cache::{ReleaseOutcome, StockCache};
 use tracing::Instrument;
 
@@ -72,7 +71,7 @@ impl PurchaseDesk {
                     return PurchaseOutcome::unsettled(Unsettled::Unconfirmed);
                 }
                 AfterConfirm::AskAgain => {
-                    tracing::warn!(order = %short_token(token), attempt, error = ?confirmed.err(), "confirm.lua failed after an unanswered local transaction.");
+                    tracing::warn!(order = %token.short(), attempt, error = ?confirmed.err(), "confirm.lua failed after an unanswered local transaction.");
                 }
             }
         }
@@ -128,12 +127,12 @@ impl PurchaseDesk {
                     return queued;
                 }
                 Err(error) => {
-                    tracing::warn!(order = %short_token(&order.order_token), attempt, error = %error, "The plain message of a committed order was not stored.");
+                    tracing::warn!(order = %order.order_token.short(), attempt, error = %error, "The plain message of a committed order was not stored.");
                 }
             }
         }
         metrics::counter!("seckill_orders_sent_plain_total", "outcome" => "failed").increment(1);
-        tracing::warn!(order = %short_token(&order.order_token), "A committed order goes to the check-back or reconcile: its plain message was not stored.");
+        tracing::warn!(order = %order.order_token.short(), "A committed order goes to the check-back or reconcile: its plain message was not stored.");
         queued
     }
 
@@ -159,7 +158,7 @@ impl PurchaseDesk {
             // Only confirm.lua commits a flow, and no message was sent for this one: a
             // reconcile run would have to have confirmed it. Its order is on the way.
             None => {
-                tracing::warn!(order = %short_token(token), "An unanswered pre-deduct's flow was already committed; its order stands.");
+                tracing::warn!(order = %token.short(), "An unanswered pre-deduct's flow was already committed; its order stands.");
                 let order = OrderPlaced::new(
                     token.clone(),
                     claims.user_id,
@@ -188,11 +187,11 @@ impl PurchaseDesk {
                     return Withdrawal::Withdrawn;
                 }
                 Err(error) => {
-                    tracing::warn!(order = %short_token(token), attempt, reason, error = ?error, "release.lua failed.");
+                    tracing::warn!(order = %token.short(), attempt, reason, error = ?error, "release.lua failed.");
                 }
             }
         }
-        tracing::warn!(order = %short_token(token), reason, "Redis answered no release; the gateway goes on giving the token back in the background.");
+        tracing::warn!(order = %token.short(), reason, "Redis answered no release; the gateway goes on giving the token back in the background.");
         metrics::counter!("seckill_withdrawals_in_background_total").increment(1);
         tokio::spawn(keep_withdrawing(self.cache.clone(), token.clone(), reason));
         Withdrawal::Pending
@@ -239,18 +238,18 @@ async fn keep_withdrawing(cache: StockCache, token: OrderToken, reason: &'static
             Ok(ReleaseOutcome::AlreadyCommitted) => {
                 metrics::counter!("seckill_withdrawals_late_total", "outcome" => "committed")
                     .increment(1);
-                tracing::error!(order = %short_token(&token), reason, "A purchase answered 503 was committed before its release landed: the buyer has an order.");
+                tracing::error!(order = %token.short(), reason, "A purchase answered 503 was committed before its release landed: the buyer has an order.");
                 return;
             }
             Ok(_) => {
                 metrics::counter!("seckill_withdrawals_late_total", "outcome" => "withdrawn")
                     .increment(1);
-                tracing::info!(order = %short_token(&token), reason, "A refused purchase's token was given back late.");
+                tracing::info!(order = %token.short(), reason, "A refused purchase's token was given back late.");
                 return;
             }
             Err(_) => {}
         }
     }
     metrics::counter!("seckill_withdrawals_late_total", "outcome" => "gave_up").increment(1);
-    tracing::error!(order = %short_token(&token), reason, "Redis answered no release of a purchase answered 503; reconcile will settle its flow, if any.");
+    tracing::error!(order = %token.short(), reason, "Redis answered no release of a purchase answered 503; reconcile will settle its flow, if any.");
 }

@@ -4,7 +4,6 @@ use actix_web::dev::ServiceRequest;
 use actix_web::{HttpResponse, web};
 use chrono::{SecondsFormat, Utc};
 use domain::{OrderToken, PurchaseClaims};
-use platform::telemetry::short_token;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -328,13 +327,13 @@ async fn queued_or_written(
                 .mark_confirmed(std::slice::from_ref(token))
                 .await
             {
-                tracing::warn!(order = %short_token(token), error = %error, "Could not record in Redis an order MySQL holds.");
+                tracing::warn!(order = %token.short(), error = %error, "Could not record in Redis an order MySQL holds.");
             }
             OrderState::Confirmed
         }
         Ok(None) => OrderState::Queued,
         Err(error) => {
-            tracing::warn!(order = %short_token(token), error = %error, "MySQL did not answer whether a queued order is written.");
+            tracing::warn!(order = %token.short(), error = %error, "MySQL did not answer whether a queued order is written.");
             OrderState::Queued
         }
     }

@@ -18,6 +18,7 @@ mod otlp;
 
 use std::time::Duration;
 
+use domain::OrderToken;
 use reqwest::StatusCode;
 use serde_json::Value;
 use test_support::process::ServiceProcess;
@@ -131,7 +132,7 @@ async fn one_purchase_is_one_trace_from_the_gateway_request_to_the_consumers_tra
     assert_eq!(consumed_in.links, vec![trace.clone()]);
 
     // Spans' fields (which log lines show too) name the order by its short form only.
-    let short = platform::telemetry::short_token(&order_token);
+    let short = order_token.parse::<OrderToken>().unwrap().short();
     for span in spans.iter().filter(|s| s.trace_id == trace) {
         if let Some(order) = span.attributes.get("order") {
             assert_eq!(order, &short, "{span:?}");
@@ -191,7 +192,7 @@ async fn without_an_exporter_the_consumer_logs_the_order_under_the_purchases_tra
     };
     assert_eq!(
         queued["order"],
-        platform::telemetry::short_token(&order_token).as_str(),
+        order_token.parse::<OrderToken>().unwrap().short().as_str(),
         "{queued}"
     );
     let trace = queued["trace_id"].as_str().expect("a trace id").to_owned();

@@ -26,18 +26,19 @@ impl Db {
     pub async fn orders_for_tokens(
         &self,
         product: ProductId,
-        tokens: &[String],
-    ) -> Result<HashMap<String, OrderFacts>> {
+        tokens: &[OrderToken],
+    ) -> Result<HashMap<OrderToken, OrderFacts>> {
         let mut facts = HashMap::with_capacity(tokens.len());
         if tokens.is_empty() {
             return Ok(facts);
         }
         let mut conn = self.conn().await?;
         for chunk in tokens.chunks(CHUNK) {
+            let asked = by_text(chunk);
             let rows = orders::table
                 .left_join(stock_flow::table.on(stock_flow::order_token.eq(orders::order_token)))
                 .filter(orders::product_id.eq(product.get()))
-                .filter(orders::order_token.eq_any(chunk))
+                .filter(orders::order_token.eq_any(asked.keys()))
                 .select((
                     orders::order_token,
                     orders::quantity,
@@ -45,15 +46,19 @@ impl Db {
                 ))
                 .load::<(String, u32, bool)>(&mut conn)
                 .await?;
-            facts.extend(rows.into_iter().map(|(token, quantity, has_stock_flow)| {
-                (
-                    token,
-                    OrderFacts {
-                        quantity,
-                        has_stock_flow,
-                    },
-                )
-            }));
+            facts.extend(
+                rows.into_iter()
+                    .filter_map(|(text, quantity, has_stock_flow)| {
+                        let token = (*asked.get(&text)?).clone();
+                        Some((
+                            token,
+                            OrderFacts {
+                                quantity,
+                                has_stock_flow,
+                            },
+                        ))
+                    }),
+            );
         }
         Ok(facts)
     }
@@ -63,24 +68,28 @@ impl Db {
     pub async fn unwritable_orders_for_tokens(
         &self,
         product: ProductId,
-        tokens: &[String],
-    ) -> Result<HashMap<String, UnwritableOrderRow>> {
+        tokens: &[OrderToken],
+    ) -> Result<HashMap<OrderToken, UnwritableOrderRow>> {
         let mut found = HashMap::new();
         if tokens.is_empty() {
             return Ok(found);
         }
         let mut conn = self.conn().await?;
         for chunk in tokens.chunks(CHUNK) {
+            let asked = by_text(chunk);
             let rows = unwritable_order::table
                 .filter(unwritable_order::product_id.eq(product.get()))
-                .filter(unwritable_order::order_token.eq_any(chunk))
+                .filter(unwritable_order::order_token.eq_any(asked.keys()))
                 .select(RawUnwritableOrder::as_select())
                 .load(&mut conn)
                 .await?;
             found.extend(
                 rows.into_iter()
                     .map(UnwritableOrderRow::from)
-                    .map(|row| (row.order_token.clone(), row)),
+                    .filter_map(|row| {
+                        let token = (*asked.get(&row.order_token)?).clone();
+                        Some((token, row))
+                    }),
             );
         }
         Ok(found)
@@ -344,6 +353,15 @@ impl Db {
             .await?;
         Ok(rows.into_iter().map(DiscrepancyRow::from).collect())
     }
+}
+
+/// The tokens of one query by the text MySQL compares. A row is matched back by its exact
+/// text: the column's collation ignores case, so a row could answer for a token it is not.
+fn by_text(tokens: &[OrderToken]) -> HashMap<String, &OrderToken> {
+    tokens
+        .iter()
+        .map(|token| (token.to_string(), token))
+        .collect()
 }
 
 fn to_run_row(raw: Option<RawRun>) -> Result<Option<RunRow>> {

@@ -1,4 +1,4 @@
-use domain::{OrderPlaced, ProductId};
+use domain::{OrderPlaced, OrderToken, ProductId};
 use order_store::{StoreError, WriteSummary};
 use test_support::mysql::TestDb;
 
@@ -284,10 +284,13 @@ async fn an_order_mysql_refuses_is_recorded_once_and_each_refusal_counted() {
     let by_token = db
         .unwritable_orders_for_tokens(
             ProductId(1),
-            &[refused.order_token.to_string(), "1-x".into()],
+            &[
+                refused.order_token.clone(),
+                OrderToken::new(ProductId(1), 1),
+            ],
         )
         .await
         .unwrap();
     assert_eq!(by_token.len(), 1);
-    assert_eq!(by_token[&refused.order_token.to_string()], row);
+    assert_eq!(by_token[&refused.order_token], row);
 }

@@ -105,24 +105,24 @@ async fn orders_for_tokens_and_orders_page_report_has_stock_flow_right() {
         .unwrap();
     let never_written = order(1, 10, 1).order_token;
 
-    let mut tokens: Vec<String> = complete.iter().map(|o| o.order_token.to_string()).collect();
+    let mut tokens: Vec<OrderToken> = complete.iter().map(|o| o.order_token.clone()).collect();
     tokens.extend([
-        bare.to_string(),
-        other_product.order_token.to_string(),
-        never_written.to_string(),
+        bare.clone(),
+        other_product.order_token.clone(),
+        never_written.clone(),
     ]);
     let facts = db.orders_for_tokens(ProductId(1), &tokens).await.unwrap();
 
     assert_eq!(facts.len(), 4, "{facts:?}");
     for o in &complete {
-        let f = facts[&o.order_token.to_string()];
+        let f = facts[&o.order_token];
         assert!(f.has_stock_flow);
         assert_eq!(f.quantity, 1);
     }
-    assert!(!facts[&bare.to_string()].has_stock_flow);
-    assert_eq!(facts[&bare.to_string()].quantity, 2);
-    assert!(!facts.contains_key(&other_product.order_token.to_string()));
-    assert!(!facts.contains_key(&never_written.to_string()));
+    assert!(!facts[&bare].has_stock_flow);
+    assert_eq!(facts[&bare].quantity, 2);
+    assert!(!facts.contains_key(&other_product.order_token));
+    assert!(!facts.contains_key(&never_written));
 
     // Walk product 1 two orders at a time.
     let mut seen = Vec::new();
@@ -155,7 +155,7 @@ async fn orders_for_many_tokens_are_read_in_chunks() {
     put_product(db, 1, 5_000).await;
     let orders: Vec<_> = (0..1_500).map(|u| order(1, u, 1)).collect();
     db.write_orders(&orders).await.unwrap();
-    let tokens: Vec<String> = orders.iter().map(|o| o.order_token.to_string()).collect();
+    let tokens: Vec<OrderToken> = orders.iter().map(|o| o.order_token.clone()).collect();
 
     let facts = db.orders_for_tokens(ProductId(1), &tokens).await.unwrap();
 
