@@ -10,6 +10,7 @@ diesel::table! {
         name -> Varchar,
         initial_stock -> BigInt,
         per_user_limit -> Unsigned<Integer>,
+        price_cents -> Unsigned<BigInt>,
         starts_at -> Nullable<Datetime>,
         ends_at -> Nullable<Datetime>,
         created_at -> Datetime,
@@ -40,6 +41,10 @@ diesel::table! {
         #[max_length = 16]
         status -> Varchar,
         reserved_at -> Datetime,
+        pay_by -> Nullable<Datetime>,
+        closed_at -> Nullable<Datetime>,
+        #[max_length = 128]
+        payment_id -> Nullable<Varchar>,
         created_at -> Datetime,
     }
 }
@@ -55,6 +60,8 @@ diesel::table! {
         quantity -> Integer,
         #[max_length = 24]
         op_type -> Varchar,
+        /// Generated from op_type (RELEASE); never written.
+        gives_back -> Nullable<Bool>,
         created_at -> Datetime,
     }
 }
@@ -144,6 +151,23 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    use diesel::sql_types::*;
+
+    payments (payment_id) {
+        #[max_length = 128]
+        payment_id -> Varchar,
+        #[max_length = 64]
+        order_token -> Varchar,
+        product_id -> Unsigned<BigInt>,
+        amount_cents -> Unsigned<BigInt>,
+        paid_at -> Datetime,
+        #[max_length = 16]
+        outcome -> Varchar,
+        created_at -> Datetime,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     products,
     product_stock,
@@ -154,4 +178,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     rejected_message,
     lease,
     unwritable_order,
+    payments,
 );
