@@ -9,7 +9,9 @@
   replaced by sample values) are written as recording rules and `promtool check rules`
   parses them.
 - The sale dashboard covers what it is for: requests and outcomes per second, stock per
-  product in Redis and MySQL, p99 latencies, the consumer's throughput and lag, reconcile.
+  product in Redis and MySQL, p99 latencies, the consumer's throughput and lag, reconcile;
+  after the sale, payments, cancels and expiries, units returned, refunds due, time to
+  pay, expiry lag and open watchers.
 
 Usage: check-dashboard.py [DASHBOARD.json...]   (default: deploy/grafana/*.json)
 """
@@ -40,6 +42,15 @@ SALE_DASHBOARD_NEEDS = {
     "reconcile results": r"seckill_reconcile_discrepancies_total",
     "reconcile repairs": r"seckill_reconcile_repairs_total",
     "stock drift": r"seckill_reconcile_drift_units",
+    # After the sale: the order lifecycle (payment window, cancel, expiry, payments).
+    "payments by outcome": r"sum by \(outcome\) \(rate\(seckill_payments_total",
+    "orders ended unpaid": r"seckill_orders_ended_total",
+    "units returned": r"seckill_units_returned_total",
+    "refunds due": r"seckill_refunds_due",
+    "time to pay p50": r"histogram_quantile\(0\.5, .*seckill_time_to_pay_seconds_bucket",
+    "time to pay p99": r"histogram_quantile\(0\.99, .*seckill_time_to_pay_seconds_bucket",
+    "expiry lag p99": r"histogram_quantile\(0\.99, .*seckill_expiry_lag_seconds_bucket",
+    "open watchers": r"seckill_order_watchers",
 }
 
 

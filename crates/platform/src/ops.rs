@@ -41,6 +41,14 @@ const RUN_BUCKETS: &[f64] = &[
 ];
 /// Messages per consumer batch (`consumer.batch_size` is 64 by default).
 const BATCH_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+/// From an order's row to its payment: up to the 900 s payment window
+/// (`orders.payment_window_secs`), and one bucket past it, so that a payment taken after
+/// the window shows as such rather than in +Inf.
+const TIME_TO_PAY_BUCKETS: &[f64] = &[5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0];
+/// From an order's `pay_by` to its expiry: a second or two when the deadline message comes
+/// on time; 60 is `orders.expiry_grace_secs`, past which reconcile's sweep may expire it
+/// first (the alert SeckillExpiriesBehind reads the p99 against it).
+const EXPIRY_LAG_BUCKETS: &[f64] = &[0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0];
 
 /// Every series a seckill service exports: (name, help). The HELP lines of `/metrics`, and
 /// the list `make lint-observability` checks the dashboard, the alert rules and the code
@@ -66,6 +74,12 @@ pub const SERIES: &[(&str, &str)] = &[
     ("seckill_withdrawals_late_total", "Background give-backs of a purchase answered 503, by how they ended (withdrawn, committed, gave_up); committed and gave_up need an operator."),
     ("seckill_checkbacks_total", "Local transactions (kind=local) and broker check-backs (kind=check_back), by answer (commit, rollback, unknown)."),
     ("seckill_stock_left", "Units left for sale per product, as last seen in a store (store=redis or mysql)."),
+    ("seckill_order_watchers", "Order event streams (SSE) and long-polls open on this gateway (orders.max_watchers at most)."),
+    // after the purchase: every process that ends orders or takes payments (order-lifecycle)
+    ("seckill_orders_ended_total", "Confirmed orders ended unpaid, by status (cancelled, expired), counted by the process whose conditional write in MySQL ended it: each order once across processes."),
+    ("seckill_units_returned_total", "Ended orders whose units this process put back on sale in Redis, by why (cancelled, expired); each order's units go back once, whoever returns them."),
+    ("seckill_payments_total", "Payment callbacks, by outcome (paid; refund_due: the order was already cancelled, expired or paid by another payment, money to give back; amount_mismatch: not price x quantity, nothing recorded; unknown_order: no such order in MySQL, nothing recorded). A callback the provider repeats counts again."),
+    ("seckill_time_to_pay_seconds", "From an order's row written in MySQL to its payment (the provider's paid_at), per callback answered paid (a repeated one again)."),
     // order-consumer-svc
     ("seckill_consumer_batch_size", "Messages per batch handed to the order writer."),
     ("seckill_consumer_batch_seconds", "Time to write one batch: the MySQL transaction and the Redis confirmation."),
@@ -78,6 +92,8 @@ pub const SERIES: &[(&str, &str)] = &[
     ("seckill_orders_duplicate_total", "Messages for orders already written (redelivery, re-publish): nothing done."),
     ("seckill_consumer_order_age_seconds", "From the reservation in Redis to the order row in MySQL: the queue's delay, the consumer's lag in time."),
     ("seckill_consumer_last_batch_timestamp_seconds", "Unix time of the last batch written."),
+    ("seckill_deadlines_scheduled_total", "Deadline messages (the broker's timer messages that expire an unpaid order at its pay_by) sent for written orders, by outcome (sent, failed: the broker did not take it)."),
+    ("seckill_expiry_lag_seconds", "From an order's pay_by to its expiry by this consumer's expirer (on its deadline message): how late unpaid orders give their units back."),
     // reconcile-svc
     ("seckill_reconcile_runs_total", "Reconcile runs, by final status (clean, repaired, unresolved, failed)."),
     ("seckill_reconcile_discrepancies_total", "Discrepancies found, by kind (missing_order, stock_not_deducted, orphan_order, redis_drift, mysql_drift)."),
@@ -86,6 +102,7 @@ pub const SERIES: &[(&str, &str)] = &[
     ("seckill_reconcile_drift_units", "Stock drift per product and store found by the last run (0: the totals add up)."),
     ("seckill_reconcile_last_run_timestamp_seconds", "Unix time the last run finished."),
     ("seckill_reconcile_run_seconds", "Duration of a reconcile run."),
+    ("seckill_refunds_due", "Payments recorded refund_due per product (they came for an order already ended: money to give back), as the last reconcile run counted them; refunds already made included."),
 ];
 
 /// `seckill_stock_left{product_id, store}`: units left for sale in `store` ("redis" or
@@ -160,6 +177,16 @@ fn prometheus_builder() -> PrometheusBuilder {
         builder,
         Matcher::Full("seckill_reconcile_run_seconds".into()),
         RUN_BUCKETS,
+    );
+    let builder = buckets(
+        builder,
+        Matcher::Full("seckill_time_to_pay_seconds".into()),
+        TIME_TO_PAY_BUCKETS,
+    );
+    let builder = buckets(
+        builder,
+        Matcher::Full("seckill_expiry_lag_seconds".into()),
+        EXPIRY_LAG_BUCKETS,
     );
     buckets(
         builder,
