@@ -174,16 +174,19 @@ pub(crate) fn breaks_connection(e: &DieselError) -> bool {
     }
 }
 
+/// InnoDB chose this transaction as a deadlock's victim and rolled it back: running it
+/// again, whole, normally passes.
+pub(crate) fn is_deadlock(e: &DieselError) -> bool {
+    matches!(e, DieselError::DatabaseError(DatabaseErrorKind::Unknown, info)
+        if info.message().to_ascii_lowercase().contains("deadlock found"))
+}
+
 /// A deadlock or a unique-key collision with a concurrent writer: worth re-running the
 /// whole transaction at once, because the next attempt will see what the other committed.
 pub(crate) fn is_write_race(e: &DieselError) -> bool {
     match e {
         DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _) => true,
-        DieselError::DatabaseError(DatabaseErrorKind::Unknown, info) => {
-            let message = info.message().to_ascii_lowercase();
-            message.contains("deadlock found")
-        }
-        _ => false,
+        _ => is_deadlock(e),
     }
 }
 

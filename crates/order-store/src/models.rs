@@ -7,16 +7,17 @@ use std::str::FromStr;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
-use domain::{OrderToken, ProductId, UserId};
+use domain::{OrderStatus, OrderToken, ProductId, UserId};
 
+use crate::error::StoreError;
 use crate::schema::{
     orders, product_stock, products, reconcile_discrepancy, reconcile_run, stock_flow,
     unwritable_order,
 };
 
 /// The value of `orders.status` for every order the consumer writes: an order row exists
-/// only once the purchase is final, so there is no other state yet.
-pub const ORDER_CONFIRMED: &str = "confirmed";
+/// only once the purchase is final, and it then awaits payment until its `pay_by`.
+pub const ORDER_CONFIRMED: &str = OrderStatus::Confirmed.as_str();
 
 /// `stock_flow.op_type`: why stock moved for an order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +72,9 @@ pub struct ProductRow {
     pub name: String,
     pub initial_stock: i64,
     pub per_user_limit: u32,
+    /// What one unit costs, in cents; 0 until a price is put
+    /// ([`crate::Db::put_priced_product`]).
+    pub price_cents: u64,
     pub starts_at: Option<DateTime<Utc>>,
     pub ends_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
@@ -84,9 +88,108 @@ pub struct OrderRow {
     pub user_id: UserId,
     pub product_id: ProductId,
     pub quantity: u32,
-    pub status: String,
+    /// `confirmed` until it ends, once, as `paid`, `cancelled` or `expired`.
+    pub status: OrderStatus,
     pub reserved_at: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
+    /// The end of its payment window; `None` only for an order written before orders had
+    /// one (such an order never expires).
+    pub pay_by: Option<DateTime<Utc>>,
+    /// When it ended (paid, cancelled or expired); `None` while it is confirmed.
+    pub closed_at: Option<DateTime<Utc>>,
+    /// The provider's id of the payment that paid it.
+    pub payment_id: Option<String>,
+}
+
+/// What [`crate::Db::close_order`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CloseOutcome {
+    /// This call ended the order and gave its units back; the row as it left it.
+    Closed(OrderRow),
+    /// The order had ended already (paid, cancelled or expired, as its status says):
+    /// nothing changed.
+    AlreadyEnded(OrderRow),
+    /// Asked to expire an order whose `pay_by` has not passed (or that has none): nothing
+    /// changed.
+    NotDue(OrderRow),
+    /// MySQL holds no such order.
+    Unknown,
+}
+
+/// A payment provider's callback, checked (signature) by the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payment {
+    /// The provider's id of the payment: a callback delivered twice carries the same one.
+    /// ASCII, 1 to 128 characters.
+    pub payment_id: String,
+    pub order_token: OrderToken,
+    pub amount_cents: u64,
+    /// When the provider took the money.
+    pub paid_at: DateTime<Utc>,
+}
+
+/// What [`crate::Db::record_payment`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PaymentOutcome {
+    /// The payment paid the order (now, or when this payment id was first recorded).
+    Paid(OrderRow),
+    /// The order had ended before this payment could pay it (cancelled, expired, or paid
+    /// by another payment): the payment is recorded as a refund due.
+    Closed(OrderRow),
+    /// MySQL holds no such order (it may still be on its way): nothing was recorded.
+    Unknown,
+    /// The amount is not the order's price: nothing was recorded.
+    AmountMismatch { expected_cents: u64 },
+}
+
+/// `payments.outcome`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PaymentRecord {
+    Applied,
+    RefundDue,
+}
+
+impl PaymentRecord {
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            Self::Applied => "applied",
+            Self::RefundDue => "refund_due",
+        }
+    }
+}
+
+impl FromStr for PaymentRecord {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "applied" => Ok(Self::Applied),
+            "refund_due" => Ok(Self::RefundDue),
+            other => Err(StoreError::InvalidData(format!(
+                "`{other}` is not a payment outcome"
+            ))),
+        }
+    }
+}
+
+/// A product's orders after the purchase, from one snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LifecycleCounts {
+    pub paid_orders: i64,
+    pub paid_units: i64,
+    /// Units of cancelled and expired orders, given back to the stock.
+    pub returned_units: i64,
+    /// Payments recorded `refund_due`: money to give back.
+    pub refunds_due: i64,
+}
+
+/// A payment that came for an order that had ended: the money goes back to the buyer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundDue {
+    pub payment_id: String,
+    pub order_token: OrderToken,
+    pub amount_cents: u64,
+    pub paid_at: DateTime<Utc>,
 }
 
 /// What [`crate::Db::write_orders`] did with a batch.
@@ -138,7 +241,9 @@ pub struct UnwritableOrderRow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OrderFacts {
     pub quantity: u32,
-    /// A `stock_flow` row exists for the token: its stock was accounted for.
+    pub status: OrderStatus,
+    /// A `stock_flow` row that took stock (SECKILL or RECONCILE_DEDUCT) exists for the
+    /// token: its stock was accounted for.
     pub has_stock_flow: bool,
 }
 
@@ -154,7 +259,14 @@ pub struct OrderPageRow {
     pub quantity: u32,
     /// When the gateway reserved it (unix ms), as the order message said.
     pub reserved_at_ms: i64,
+    /// Open (`confirmed`), `paid`, or closed (`cancelled`, `expired`: its units count
+    /// back in the stock, not as ordered).
+    pub status: OrderStatus,
+    /// A `stock_flow` row took its stock (SECKILL or RECONCILE_DEDUCT).
     pub has_stock_flow: bool,
+    /// A RELEASE `stock_flow` row gave its stock back: expected exactly for a cancelled
+    /// or expired order that had its stock taken.
+    pub has_release: bool,
 }
 
 /// `reconcile_run.status`.
@@ -253,6 +365,7 @@ pub(crate) struct RawProduct {
     name: String,
     initial_stock: i64,
     per_user_limit: u32,
+    price_cents: u64,
     starts_at: Option<NaiveDateTime>,
     ends_at: Option<NaiveDateTime>,
     created_at: NaiveDateTime,
@@ -266,6 +379,7 @@ impl From<RawProduct> for ProductRow {
             name: raw.name,
             initial_stock: raw.initial_stock,
             per_user_limit: raw.per_user_limit,
+            price_cents: raw.price_cents,
             starts_at: raw.starts_at.map(|t| t.and_utc()),
             ends_at: raw.ends_at.map(|t| t.and_utc()),
             created_at: raw.created_at.and_utc(),
@@ -281,6 +395,9 @@ pub(crate) struct ProductValues<'a> {
     pub name: &'a str,
     pub initial_stock: i64,
     pub per_user_limit: u32,
+    // Written when given; a redefinition without a price keeps the one it had (a new
+    // product gets the column's default, 0).
+    pub price_cents: Option<u64>,
     // Always written, so that a redefinition can clear a sale window.
     #[diesel(treat_none_as_null = true)]
     pub starts_at: Option<NaiveDateTime>,
@@ -306,21 +423,34 @@ pub(crate) struct RawOrder {
     pub status: String,
     pub reserved_at: NaiveDateTime,
     pub created_at: NaiveDateTime,
+    pub pay_by: Option<NaiveDateTime>,
+    pub closed_at: Option<NaiveDateTime>,
+    pub payment_id: Option<String>,
 }
 
 impl RawOrder {
-    pub(crate) fn into_row(self, order_token: OrderToken) -> OrderRow {
-        OrderRow {
+    pub(crate) fn into_row(self, order_token: OrderToken) -> Result<OrderRow, StoreError> {
+        Ok(OrderRow {
             id: self.id,
+            status: parse_status(&self.status)?,
             order_token,
             user_id: UserId(self.user_id),
             product_id: ProductId(self.product_id),
             quantity: self.quantity,
-            status: self.status,
             reserved_at: self.reserved_at.and_utc(),
             created_at: self.created_at.and_utc(),
-        }
+            pay_by: self.pay_by.map(|t| t.and_utc()),
+            closed_at: self.closed_at.map(|t| t.and_utc()),
+            payment_id: self.payment_id,
+        })
     }
+}
+
+/// `orders.status` as the domain word; anything else in the column is bad data.
+pub(crate) fn parse_status(status: &str) -> Result<OrderStatus, StoreError> {
+    status
+        .parse()
+        .map_err(|e: domain::UnknownStatus| StoreError::InvalidData(e.to_string()))
 }
 
 #[derive(Debug, Clone, Insertable)]
@@ -332,6 +462,7 @@ pub(crate) struct NewOrder {
     pub quantity: u32,
     pub status: &'static str,
     pub reserved_at: NaiveDateTime,
+    pub pay_by: NaiveDateTime,
 }
 
 #[derive(Insertable)]

@@ -1,11 +1,13 @@
 //! The repositories: `impl Db` blocks, one file per area of the schema.
 
 mod lease;
+mod lifecycle;
 mod orders;
 mod products;
 mod reconcile;
 mod rejected;
 
+pub use orders::DEFAULT_PAYMENT_WINDOW;
 pub use products::PutError;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
@@ -23,6 +25,11 @@ pub(crate) const CHUNK: usize = 1000;
 pub(crate) fn sum_quantity() -> SqlLiteral<BigInt> {
     sql::<BigInt>("CAST(COALESCE(SUM(quantity), 0) AS SIGNED)")
 }
+
+/// `orders.status` of the orders whose units still count as ordered: every one but the
+/// cancelled and expired, whose units went back to the stock. The one place the MySQL
+/// stock equation (`stock + ordered = initial`) chooses its orders.
+pub(crate) const HOLDS_UNITS: &str = "status NOT IN ('cancelled', 'expired')";
 
 pub(crate) fn count_star() -> SqlLiteral<BigInt> {
     sql::<BigInt>("COUNT(*)")

@@ -12,7 +12,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
+use std::time::Duration;
 
+use chrono::{DateTime, NaiveDateTime, SubsecRound, Utc};
 use diesel::mysql::Mysql;
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
@@ -21,7 +23,7 @@ use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsy
 use domain::{OrderPlaced, OrderToken, ProductId};
 use tracing::debug;
 
-use super::{CHUNK, millis_to_datetime};
+use super::{CHUNK, millis_to_datetime, to_datetime};
 use crate::db::Db;
 use crate::error::{Result, StoreError, is_write_race};
 use crate::models::{
@@ -48,10 +50,24 @@ const RECORD_UNWRITABLE: &str = "\
 /// retryable error and the broker's backoff takes over.
 const WRITE_ATTEMPTS: u32 = 5;
 
+/// The payment window [`Db::write_orders`] gives an order when its caller names no
+/// deadline: long enough to pay with a card and a bank's confirmation step, short enough
+/// that unpaid units go back to the sale while it is still on. Callers that know the
+/// configured window use [`Db::write_orders_due`].
+pub const DEFAULT_PAYMENT_WINDOW: Duration = Duration::from_secs(900);
+
 impl Db {
+    /// [`Db::write_orders_due`] with `pay_by` [`DEFAULT_PAYMENT_WINDOW`] from now.
+    pub async fn write_orders(&self, batch: &[OrderPlaced]) -> Result<WriteSummary> {
+        let window = chrono::Duration::from_std(DEFAULT_PAYMENT_WINDOW)
+            .expect("the default window fits chrono's range");
+        self.write_orders_due(batch, Utc::now() + window).await
+    }
+
     /// Writes a batch of order messages in one transaction: orders not yet present are
-    /// inserted, their stock deducted, and their `stock_flow` rows written; orders already
-    /// present (a redelivery, or a repeat within the batch) are counted and left alone.
+    /// inserted (`confirmed`, to be paid by `pay_by`), their stock deducted, and their
+    /// `stock_flow` rows written; orders already present (a redelivery, or a repeat within
+    /// the batch) are counted and left alone, their deadline too.
     ///
     /// Stock is taken with one conditional update per product (`stock >= n`). If any
     /// product lacks the units, nothing of the batch is written and the error is
@@ -63,8 +79,14 @@ impl Db {
     /// INSERT fails as a whole, the transaction is rolled back and the next attempt reads
     /// which tokens exist and inserts only the others. A redelivered batch pays one
     /// rolled-back attempt; every other batch saves the read.
-    pub async fn write_orders(&self, batch: &[OrderPlaced]) -> Result<WriteSummary> {
-        let orders = prepare(batch)?;
+    pub async fn write_orders_due(
+        &self,
+        batch: &[OrderPlaced],
+        pay_by: DateTime<Utc>,
+    ) -> Result<WriteSummary> {
+        // To the column's millisecond: MySQL 8 rounds a finer literal and MariaDB cuts it,
+        // and the row should say the same deadline on both.
+        let orders = prepare(batch, to_datetime(pay_by.trunc_subsecs(3))?)?;
         if orders.is_empty() {
             return Ok(WriteSummary {
                 inserted: 0,
@@ -154,7 +176,7 @@ impl Db {
             .first(&mut conn)
             .await
             .optional()?;
-        Ok(raw.map(|raw| raw.into_row(token.clone())))
+        raw.map(|raw| raw.into_row(token.clone())).transpose()
     }
 }
 
@@ -176,7 +198,7 @@ impl StoreError {
 /// Checks every message, keeps the first of each token, and orders them by token: two
 /// batches that share tokens then insert them in the same order, which keeps them from
 /// deadlocking on each other's unique-key locks.
-fn prepare(batch: &[OrderPlaced]) -> Result<Vec<NewOrder>> {
+fn prepare(batch: &[OrderPlaced], pay_by: NaiveDateTime) -> Result<Vec<NewOrder>> {
     let mut seen = HashSet::with_capacity(batch.len());
     let mut orders = Vec::with_capacity(batch.len());
     for message in batch {
@@ -213,6 +235,7 @@ fn prepare(batch: &[OrderPlaced]) -> Result<Vec<NewOrder>> {
             quantity: message.quantity,
             status: ORDER_CONFIRMED,
             reserved_at: millis_to_datetime(message.reserved_at_ms)?,
+            pay_by,
         });
     }
     orders.sort_by(|a, b| a.order_token.cmp(&b.order_token));
@@ -296,9 +319,10 @@ async fn write_new_orders(
 /// there with its error, and the caller's transaction rolls back whatever ran before it.
 fn insert_sql(chunk: &[&NewOrder]) -> Result<String> {
     let fmt_error = |_| StoreError::InvalidData("cannot format the order rows".into());
-    let mut sql = String::with_capacity(200 + chunk.len() * 190);
+    let mut sql = String::with_capacity(200 + chunk.len() * 220);
     sql.push_str(
-        "INSERT INTO orders (order_token, user_id, product_id, quantity, status, reserved_at) VALUES ",
+        "INSERT INTO orders \
+         (order_token, user_id, product_id, quantity, status, reserved_at, pay_by) VALUES ",
     );
     for (i, o) in chunk.iter().enumerate() {
         if i > 0 {
@@ -306,13 +330,14 @@ fn insert_sql(chunk: &[&NewOrder]) -> Result<String> {
         }
         write!(
             sql,
-            "('{}',{},{},{},'{}','{}')",
+            "('{}',{},{},{},'{}','{}','{}')",
             o.order_token,
             o.user_id,
             o.product_id,
             o.quantity,
             o.status,
             o.reserved_at.format("%Y-%m-%d %H:%M:%S%.6f"),
+            o.pay_by.format("%Y-%m-%d %H:%M:%S%.6f"),
         )
         .map_err(fmt_error)?;
     }

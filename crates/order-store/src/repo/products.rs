@@ -1,11 +1,13 @@
 //! Products and their stock row, as operators define them.
 
+use diesel::dsl::sql;
 use diesel::prelude::*;
+use diesel::sql_types::Bool;
 use diesel::sql_types::{BigInt, Nullable, Unsigned};
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
 use domain::ProductId;
 
-use super::{count_star, sum_quantity, to_datetime};
+use super::{HOLDS_UNITS, count_star, sum_quantity, to_datetime};
 use crate::db::Db;
 use crate::error::{Result, StoreError};
 use crate::models::{NewProduct, ProductRow, ProductValues, PutOutcome, RawProduct, StockValues};
@@ -46,14 +48,43 @@ impl<T, E> From<StoreError> for PutError<T, E> {
 
 impl Db {
     /// Defines a product or restocks it, in one transaction; see [`Db::put_product_and`],
-    /// with nothing else to load.
+    /// with nothing else to load. The price stays what it was (0 for a new product).
     pub async fn put_product(&self, product: &NewProduct, force: bool) -> Result<PutOutcome> {
         let nothing = |_| std::future::ready(Ok::<(), StoreError>(()));
-        match self.put_product_and(product, force, nothing).await {
-            Ok((outcome, ())) => Ok(outcome),
-            Err(PutError::Store(error) | PutError::Load(error)) => Err(error),
-            Err(PutError::Commit { error, .. }) => Err(error),
-        }
+        flatten(self.put_inner(product, None, force, nothing).await)
+    }
+
+    /// [`Db::put_product`], and the price of one unit in cents, in the same transaction.
+    pub async fn put_priced_product(
+        &self,
+        product: &NewProduct,
+        price_cents: u64,
+        force: bool,
+    ) -> Result<PutOutcome> {
+        let nothing = |_| std::future::ready(Ok::<(), StoreError>(()));
+        flatten(
+            self.put_inner(product, Some(price_cents), force, nothing)
+                .await,
+        )
+    }
+
+    /// [`Db::put_product_and`], and the price of one unit in cents, in the same
+    /// transaction.
+    pub async fn put_priced_product_and<T, E, F, Fut>(
+        &self,
+        product: &NewProduct,
+        price_cents: u64,
+        force: bool,
+        load: F,
+    ) -> std::result::Result<(PutOutcome, T), PutError<T, E>>
+    where
+        F: FnOnce(PutOutcome) -> Fut + Send,
+        Fut: Future<Output = std::result::Result<T, E>> + Send,
+        T: Send,
+        E: Send,
+    {
+        self.put_inner(product, Some(price_cents), force, load)
+            .await
     }
 
     /// Defines a product or restocks it, and runs `load` (the same change in Redis) while
@@ -70,10 +101,27 @@ impl Db {
     ///   after. A delta that would leave the stock negative (more units ordered than the
     ///   new total) is refused ([`StoreError::StockBelowSold`]).
     ///
-    /// The other fields (name, per-user limit, window) are written as given.
+    /// The other fields (name, per-user limit, window) are written as given; the price
+    /// stays what it was ([`Db::put_priced_product_and`] writes one).
     pub async fn put_product_and<T, E, F, Fut>(
         &self,
         product: &NewProduct,
+        force: bool,
+        load: F,
+    ) -> std::result::Result<(PutOutcome, T), PutError<T, E>>
+    where
+        F: FnOnce(PutOutcome) -> Fut + Send,
+        Fut: Future<Output = std::result::Result<T, E>> + Send,
+        T: Send,
+        E: Send,
+    {
+        self.put_inner(product, None, force, load).await
+    }
+
+    async fn put_inner<T, E, F, Fut>(
+        &self,
+        product: &NewProduct,
+        price_cents: Option<u64>,
         force: bool,
         load: F,
     ) -> std::result::Result<(PutOutcome, T), PutError<T, E>>
@@ -91,6 +139,7 @@ impl Db {
             name: &product.name,
             initial_stock: product.initial_stock,
             per_user_limit: product.per_user_limit,
+            price_cents,
             starts_at,
             ends_at,
         };
@@ -153,18 +202,20 @@ impl Db {
             .optional()?)
     }
 
-    /// Units in all orders of the product.
+    /// Units in the orders of the product that hold them: every order but the cancelled
+    /// and expired, whose units went back to the stock. `stock + ordered_units = initial`.
     pub async fn ordered_units(&self, id: ProductId) -> Result<i64> {
         let mut conn = self.conn().await?;
         Ok(orders::table
             .filter(orders::product_id.eq(id.get()))
+            .filter(sql::<Bool>(HOLDS_UNITS))
             .select(sum_quantity())
             .get_result(&mut conn)
             .await?)
     }
 
-    /// The units left in MySQL (`None` without a stock row) and the product's order rows,
-    /// read by one statement, so from one snapshot. Read one after the other, a batch the
+    /// The units left in MySQL (`None` without a stock row) and the product's order rows
+    /// (of any status, as [`Db::order_count`]), read by one statement, so from one snapshot. Read one after the other, a batch the
     /// consumer committed in between would show in the second and not the first: a
     /// drained sale would look short of stock deductions (or of orders) that are there.
     pub async fn stock_and_order_count(&self, id: ProductId) -> Result<(Option<i64>, i64)> {
@@ -187,6 +238,8 @@ impl Db {
         Ok((totals.stock, totals.orders))
     }
 
+    /// The product's order rows, of any status: an order cancelled or expired was still
+    /// an order.
     pub async fn order_count(&self, id: ProductId) -> Result<i64> {
         let mut conn = self.conn().await?;
         Ok(orders::table
@@ -194,6 +247,17 @@ impl Db {
             .select(count_star())
             .get_result(&mut conn)
             .await?)
+    }
+}
+
+/// [`Db::put_product_and`]'s answer without a load: a failure is a store error.
+fn flatten(
+    put: std::result::Result<(PutOutcome, ()), PutError<(), StoreError>>,
+) -> Result<PutOutcome> {
+    match put {
+        Ok((outcome, ())) => Ok(outcome),
+        Err(PutError::Store(error) | PutError::Load(error)) => Err(error),
+        Err(PutError::Commit { error, .. }) => Err(error),
     }
 }
 

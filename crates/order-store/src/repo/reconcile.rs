@@ -10,19 +10,20 @@ use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
 use domain::{OrderToken, ProductId, UserId};
 
 use super::orders::take_stock;
-use super::{CHUNK, count_star};
+use super::{CHUNK, HOLDS_UNITS, count_star};
 use crate::db::Db;
 use crate::error::{Result, StoreError};
 use crate::models::{
     DiscrepancyRecord, DiscrepancyRow, NewDiscrepancy, NewStockFlow, OrderFacts, OrderPageRow,
     RawDiscrepancy, RawRun, RawUnwritableOrder, RunRow, RunStatus, StockOp, UnwritableOrderRow,
-    truncate_chars,
+    parse_status, truncate_chars,
 };
 use crate::schema::{orders, reconcile_discrepancy, reconcile_run, stock_flow, unwritable_order};
 
 impl Db {
-    /// The orders of `product` among `tokens`, with whether each has its stock_flow row.
-    /// Tokens with no order are absent from the map. One query per 1000 tokens.
+    /// The orders of `product` among `tokens`, with their status and whether each has the
+    /// stock_flow row that took its stock. Tokens with no order are absent from the map.
+    /// One query per 1000 tokens.
     pub async fn orders_for_tokens(
         &self,
         product: ProductId,
@@ -36,29 +37,28 @@ impl Db {
         for chunk in tokens.chunks(CHUNK) {
             let asked = by_text(chunk);
             let rows = orders::table
-                .left_join(stock_flow::table.on(stock_flow::order_token.eq(orders::order_token)))
+                .left_join(stock_flow::table.on(takes_for_order()))
                 .filter(orders::product_id.eq(product.get()))
                 .filter(orders::order_token.eq_any(asked.keys()))
                 .select((
                     orders::order_token,
                     orders::quantity,
+                    orders::status,
                     stock_flow::id.nullable().is_not_null(),
                 ))
-                .load::<(String, u32, bool)>(&mut conn)
+                .load::<(String, u32, String, bool)>(&mut conn)
                 .await?;
-            facts.extend(
-                rows.into_iter()
-                    .filter_map(|(text, quantity, has_stock_flow)| {
-                        let token = (*asked.get(&text)?).clone();
-                        Some((
-                            token,
-                            OrderFacts {
-                                quantity,
-                                has_stock_flow,
-                            },
-                        ))
-                    }),
-            );
+            for (text, quantity, status, has_stock_flow) in rows {
+                let Some(&token) = asked.get(&text) else {
+                    continue;
+                };
+                let facts_of_order = OrderFacts {
+                    quantity,
+                    status: parse_status(&status)?,
+                    has_stock_flow,
+                };
+                facts.insert(token.clone(), facts_of_order);
+            }
         }
         Ok(facts)
     }
@@ -97,15 +97,30 @@ impl Db {
 
     /// Up to `limit` orders of `product` with `id > after_id`, in id order (keyset
     /// pagination: start at 0, continue from the last row's id, stop at an empty page).
+    /// Each row carries its status, and whether its stock was taken and given back.
     pub async fn orders_page(
         &self,
         product: ProductId,
         after_id: u64,
         limit: u32,
     ) -> Result<Vec<OrderPageRow>> {
+        // The take and the give-back are the same table met twice, once per direction;
+        // each join meets at most one row, by the unique key (order_token, gives_back).
+        let (take, release) = diesel::alias!(stock_flow as take, stock_flow as release);
         let mut conn = self.conn().await?;
         let rows = orders::table
-            .left_join(stock_flow::table.on(stock_flow::order_token.eq(orders::order_token)))
+            .left_join(
+                take.on(take
+                    .field(stock_flow::order_token)
+                    .eq(orders::order_token)
+                    .and(take.field(stock_flow::gives_back).eq(false))),
+            )
+            .left_join(
+                release.on(release
+                    .field(stock_flow::order_token)
+                    .eq(orders::order_token)
+                    .and(release.field(stock_flow::gives_back).eq(true))),
+            )
             .filter(orders::product_id.eq(product.get()))
             .filter(orders::id.gt(after_id))
             .order(orders::id.asc())
@@ -116,23 +131,37 @@ impl Db {
                 orders::user_id,
                 orders::quantity,
                 orders::reserved_at,
-                stock_flow::id.nullable().is_not_null(),
+                orders::status,
+                take.field(stock_flow::id).nullable().is_not_null(),
+                release.field(stock_flow::id).nullable().is_not_null(),
             ))
-            .load::<(u64, String, u64, u32, chrono::NaiveDateTime, bool)>(&mut conn)
+            .load::<(
+                u64,
+                String,
+                u64,
+                u32,
+                chrono::NaiveDateTime,
+                String,
+                bool,
+                bool,
+            )>(&mut conn)
             .await?;
-        Ok(rows
-            .into_iter()
+        rows.into_iter()
             .map(
-                |(id, order_token, user_id, quantity, reserved_at, has_stock_flow)| OrderPageRow {
-                    id,
-                    order_token,
-                    user_id: UserId(user_id),
-                    quantity,
-                    reserved_at_ms: reserved_at.and_utc().timestamp_millis(),
-                    has_stock_flow,
+                |(id, order_token, user_id, quantity, reserved_at, status, take, release)| {
+                    Ok(OrderPageRow {
+                        id,
+                        order_token,
+                        user_id: UserId(user_id),
+                        quantity,
+                        reserved_at_ms: reserved_at.and_utc().timestamp_millis(),
+                        status: parse_status(&status)?,
+                        has_stock_flow: take,
+                        has_release: release,
+                    })
                 },
             )
-            .collect())
+            .collect()
     }
 
     /// Net units that `stock_flow` took from the product's stock (releases count negative).
@@ -149,27 +178,36 @@ impl Db {
     /// "stock not deducted"): one transaction writes its RECONCILE_DEDUCT stock_flow row and
     /// takes the units with the same conditional update the consumer uses.
     ///
-    /// `Ok(false)` when the order already has a stock_flow row — nothing is done, so running
-    /// the repair twice, or alongside the consumer, deducts once.
+    /// `Ok(false)` when the order already has a stock_flow row that took its stock — nothing
+    /// is done, so running the repair twice, or alongside the consumer, deducts once — and
+    /// when the order was cancelled or expired: its units belong to the stock again.
     pub async fn deduct_for_order(&self, token: &OrderToken) -> Result<bool> {
         let token_text = token.to_string();
         let mut pooled = self.conn().await?;
         let conn: &mut AsyncMysqlConnection = &mut pooled;
         conn.transaction(async |conn| {
+            // Locked: a cancel or expiry (`close_order`) waits for this repair, or this
+            // repair for it, so a closing order cannot miss the deduction it gives back.
             let order = orders::table
                 .filter(orders::order_token.eq(&token_text))
-                .select((orders::product_id, orders::quantity))
-                .first::<(u64, u32)>(conn)
+                .select((orders::product_id, orders::quantity, orders::status))
+                .for_update()
+                .first::<(u64, u32, String)>(conn)
                 .await
                 .optional()?;
-            let Some((product_id, quantity)) = order else {
+            let Some((product_id, quantity, status)) = order else {
                 return Err(StoreError::OrderNotFound(token.clone()));
             };
+            if parse_status(&status)?.returned_units() {
+                return Ok(false);
+            }
             let quantity = i32::try_from(quantity).map_err(|_| {
                 StoreError::InvalidData(format!("order {token_text} has quantity {quantity}"))
             })?;
-            // The unique key on order_token decides, not a prior SELECT: a check-then-insert
-            // would let two concurrent repairs both pass the check.
+            // The unique key on (order_token, gives_back) decides, not a prior SELECT: a
+            // check-then-insert would let two concurrent repairs both pass the check. (The
+            // order row's lock serialises repairs too; the key also covers the consumer's
+            // SECKILL row, which is written without that lock.)
             let inserted = diesel::insert_into(stock_flow::table)
                 .values(NewStockFlow {
                     order_token: &token_text,
@@ -305,8 +343,9 @@ impl Db {
         to_run_row(raw)
     }
 
-    /// MySQL's stock and the units ordered, read in ONE statement so that both come from
-    /// the same snapshot: read apart, an order written in between looks like drift.
+    /// MySQL's stock and the units ordered (by orders neither cancelled nor expired, whose
+    /// units went back to the stock), read in ONE statement so that both come from the
+    /// same snapshot: read apart, an order written or closed in between looks like drift.
     /// `None` for a product without a stock row.
     pub async fn stock_and_ordered(&self, product: ProductId) -> Result<Option<(i64, i64)>> {
         #[derive(QueryableByName)]
@@ -317,12 +356,12 @@ impl Db {
             ordered: i64,
         }
         let mut conn = self.conn().await?;
-        let totals = diesel::sql_query(
+        let totals = diesel::sql_query(format!(
             "SELECT ps.stock AS stock, \
              (SELECT CAST(COALESCE(SUM(o.quantity), 0) AS SIGNED) FROM orders o \
-              WHERE o.product_id = ps.product_id) AS ordered \
-             FROM product_stock ps WHERE ps.product_id = ?",
-        )
+              WHERE o.product_id = ps.product_id AND o.{HOLDS_UNITS}) AS ordered \
+             FROM product_stock ps WHERE ps.product_id = ?"
+        ))
         .bind::<Unsigned<BigInt>, _>(product.get())
         .get_result::<Totals>(&mut conn)
         .await
@@ -353,6 +392,17 @@ impl Db {
             .await?;
         Ok(rows.into_iter().map(DiscrepancyRow::from).collect())
     }
+}
+
+/// The join condition of an order with the stock_flow row that took its stock (SECKILL or
+/// RECONCILE_DEDUCT, at most one by the unique key), never its RELEASE.
+fn takes_for_order() -> diesel::dsl::And<
+    diesel::dsl::Eq<stock_flow::order_token, orders::order_token>,
+    diesel::dsl::Eq<stock_flow::gives_back, bool>,
+> {
+    stock_flow::order_token
+        .eq(orders::order_token)
+        .and(stock_flow::gives_back.eq(false))
 }
 
 /// The tokens of one query by the text MySQL compares. A row is matched back by its exact

@@ -32,6 +32,13 @@ pub async fn put_product(db: &Db, id: u64, stock: i64) {
         .unwrap();
 }
 
+/// [`put_product`] with a price of `price_cents` per unit.
+pub async fn put_priced_product(db: &Db, id: u64, stock: i64, price_cents: u64) {
+    db.put_priced_product(&new_product(id, stock), price_cents, false)
+        .await
+        .unwrap();
+}
+
 /// A direct connection, for what the store deliberately cannot do (break invariants).
 pub async fn raw_conn(test_db: &TestDb) -> AsyncMysqlConnection {
     AsyncMysqlConnection::establish(test_db.url())

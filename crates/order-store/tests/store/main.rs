@@ -4,6 +4,7 @@
 
 mod helpers;
 mod lease;
+mod lifecycle;
 mod migrations;
 mod orders;
 mod pool;

@@ -31,7 +31,10 @@ async fn revert_all(url: &str) -> usize {
         let mut conn =
             <AsyncConnectionWrapper<AsyncMysqlConnection> as Connection>::establish(&url).unwrap();
         with_migration_lock(&mut conn, |conn| {
-            Ok(conn.revert_all_migrations(order_store::MIGRATIONS).unwrap().len())
+            Ok(conn
+                .revert_all_migrations(order_store::MIGRATIONS)
+                .unwrap()
+                .len())
         })
         .unwrap()
     })

@@ -43,7 +43,7 @@ async fn write_orders_inserts_the_orders_deducts_stock_and_writes_stock_flow() {
     assert_eq!(row.user_id.get(), 101);
     assert_eq!(row.product_id, ProductId(1));
     assert_eq!(row.quantity, 2);
-    assert_eq!(row.status, "confirmed");
+    assert_eq!(row.status, domain::OrderStatus::Confirmed);
     assert_eq!(row.reserved_at.timestamp_millis(), RESERVED_AT_MS);
     assert!(
         db.order(&order(1, 1, 1).order_token)
