@@ -157,7 +157,7 @@ pub async fn run_tokens_first(
 }
 
 /// Runs `job` on every item, at most `concurrency` at once, on tokio tasks.
-async fn for_each_bounded<T, R, F, Fut>(
+pub(crate) async fn for_each_bounded<T, R, F, Fut>(
     items: Vec<T>,
     concurrency: u32,
     job: F,

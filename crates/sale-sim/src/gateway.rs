@@ -56,18 +56,38 @@ pub struct Queued {
     pub order_token: String,
 }
 
-#[derive(Debug, Deserialize)]
+/// An order as its buyer sees it (`GET /api/v1/orders/{token}`, and the answers of the
+/// cancel and of a payment callback).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct OrderStatus {
     pub status: String,
+    #[serde(default)]
+    pub quantity: Option<u32>,
+    /// Until when a confirmed order waits for its payment (RFC 3339).
+    #[serde(default)]
+    pub pay_by: Option<String>,
 }
 
-/// `GET /admin/v1/products/{id}`.
+/// `GET /admin/v1/products/{id}`. The lifecycle counts are absent from a gateway that does
+/// not have them yet, and a sale without the after-sale phase never reads them.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ProductState {
     pub redis_stock: Option<i64>,
     pub mysql_stock: Option<i64>,
     pub flows: u64,
+    /// Order rows of any status.
     pub orders: i64,
+    #[serde(default)]
+    pub initial_stock: Option<i64>,
+    /// Paid units (or orders: one unit each in a simulated sale, so the same number).
+    #[serde(default)]
+    pub paid: Option<i64>,
+    /// Units of cancelled and expired orders given back.
+    #[serde(default)]
+    pub returned: Option<i64>,
+    /// Payments that came for an order already closed.
+    #[serde(default)]
+    pub refunds_due: Option<i64>,
 }
 
 /// One shared client (one connection pool) and where the gateway is.
@@ -112,17 +132,29 @@ impl Gateway {
     /// Puts the product on sale with `stock` units in all. A new product (sale-sim's default
     /// id is new every run) is simply defined; with `force`, one that already has a sale is
     /// restocked to `stock` initial units, what was sold staying sold.
-    pub async fn put_product(&self, product: u64, stock: i64, per_user_limit: u32) -> Reply<()> {
+    /// Without `price_cents` the body is what it was before prices existed, so a gateway
+    /// without them still takes it.
+    pub async fn put_product(
+        &self,
+        product: u64,
+        stock: i64,
+        per_user_limit: u32,
+        price_cents: Option<u64>,
+    ) -> Reply<()> {
+        let mut body = json!({
+            "name": format!("sale-sim {product}"),
+            "stock": stock,
+            "per_user_limit": per_user_limit,
+            "force": true,
+        });
+        if let Some(price_cents) = price_cents {
+            body["price_cents"] = json!(price_cents);
+        }
         let request = self
             .client
             .put(format!("{}/admin/v1/products/{product}", self.base))
             .bearer_auth(&self.admin_token)
-            .json(&json!({
-                "name": format!("sale-sim {product}"),
-                "stock": stock,
-                "per_user_limit": per_user_limit,
-                "force": true,
-            }));
+            .json(&body);
         send::<serde_json::Value>(request).await.map(drop)
     }
 
@@ -158,10 +190,75 @@ impl Gateway {
             .header("X-User-Id", user);
         send(request).await
     }
+
+    /// The order once its status changes, or as it is after `wait_secs` (a long-poll).
+    pub async fn order_change(
+        &self,
+        user: u64,
+        order_token: &str,
+        wait_secs: u64,
+    ) -> Reply<OrderStatus> {
+        let request = self
+            .client
+            .get(format!("{}/api/v1/orders/{order_token}", self.base))
+            .query(&[("wait_secs", wait_secs)])
+            .header("X-User-Id", user)
+            // The client's timeout is for quick answers; this one may take `wait_secs`.
+            .timeout(Duration::from_secs(wait_secs) + LONG_POLL_SLACK);
+        send(request).await
+    }
+
+    pub async fn cancel(&self, user: u64, order_token: &str) -> Reply<OrderStatus> {
+        let request = self
+            .client
+            .post(format!("{}/api/v1/orders/{order_token}/cancel", self.base))
+            .header("X-User-Id", user);
+        send(request).await
+    }
+
+    /// A payment callback as the provider sends it: these exact bytes, this signature
+    /// header. The answer is kept whole, so that a repeated callback can be compared.
+    pub async fn notify_payment(&self, body: Vec<u8>, signature: &str) -> Reply<serde_json::Value> {
+        let request = self
+            .client
+            .post(format!("{}/api/v1/payments/notify", self.base))
+            .header("Content-Type", "application/json")
+            .header("X-Signature", signature)
+            .body(body);
+        send(request).await
+    }
+
+    /// Opens the order's event stream; the caller reads it chunk by chunk, for at most
+    /// `open_for`.
+    pub async fn order_events(
+        &self,
+        user: u64,
+        order_token: &str,
+        open_for: Duration,
+    ) -> Reply<reqwest::Response> {
+        let response = self
+            .client
+            .get(format!("{}/api/v1/orders/{order_token}/events", self.base))
+            .header("X-User-Id", user)
+            .header("Accept", "text/event-stream")
+            .timeout(open_for)
+            .send()
+            .await
+            .map_err(no_answer)?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status();
+        let body = response.bytes().await.unwrap_or_default();
+        Err(refused(status, &body))
+    }
 }
 
-async fn send<T: DeserializeOwned>(request: RequestBuilder) -> Reply<T> {
-    let response = request.send().await.map_err(|error| Refusal {
+/// How much longer than its `wait_secs` a long-poll may take to be answered.
+const LONG_POLL_SLACK: Duration = Duration::from_secs(5);
+
+fn no_answer(error: reqwest::Error) -> Refusal {
+    Refusal {
         status: None,
         code: if error.is_timeout() {
             "TIMEOUT"
@@ -170,7 +267,11 @@ async fn send<T: DeserializeOwned>(request: RequestBuilder) -> Reply<T> {
         }
         .to_owned(),
         message: chain(&error),
-    })?;
+    }
+}
+
+async fn send<T: DeserializeOwned>(request: RequestBuilder) -> Reply<T> {
+    let response = request.send().await.map_err(no_answer)?;
     let status = response.status();
     let body = response.bytes().await.map_err(|error| Refusal {
         status: Some(status.as_u16()),
@@ -189,7 +290,12 @@ async fn send<T: DeserializeOwned>(request: RequestBuilder) -> Reply<T> {
             message: format!("unreadable {status} body: {error}"),
         });
     }
-    Err(match serde_json::from_slice::<ErrorBody>(&body) {
+    Err(refused(status, &body))
+}
+
+/// A non-success answer: its error code, or `HTTP_<status>` when the body names none.
+fn refused(status: reqwest::StatusCode, body: &[u8]) -> Refusal {
+    match serde_json::from_slice::<ErrorBody>(body) {
         Ok(ErrorBody { error }) => Refusal {
             status: Some(status.as_u16()),
             code: error.code,
@@ -198,9 +304,9 @@ async fn send<T: DeserializeOwned>(request: RequestBuilder) -> Reply<T> {
         Err(_) => Refusal {
             status: Some(status.as_u16()),
             code: format!("HTTP_{}", status.as_u16()),
-            message: String::from_utf8_lossy(&body).chars().take(200).collect(),
+            message: String::from_utf8_lossy(body).chars().take(200).collect(),
         },
-    })
+    }
 }
 
 /// reqwest's top-level message hides the cause ("error sending request"); say it all.

@@ -7,10 +7,19 @@
 //! and the end-to-end test all run a sale through it; the `sale-sim` binary prints the
 //! report for a person (or as JSON) and exits 0, 1 (violations) or 2 (could not run).
 //!
+//!
+//! With [`SaleConfig::after_sale`] set, the sale goes on after the click
+//! ([`after_sale`]): the winners pay, cancel or walk away, the payment provider calls back
+//! (signed, sometimes twice, sometimes too late, sometimes forged), the walked-away orders
+//! expire, a second wave buys the units that came back, and the report's `after_sale`
+//! holds the lifecycle's counts and adds its invariants to `violations`.
+//!
 //! - `gateway`: the HTTP calls, typed, with refusals reduced to their error code.
 //! - `crowd`: the buyers, at most `concurrency` in flight, and the drain watch.
+//! - [`after_sale`]: the story after the click.
 //! - [`report`]: the report, its invariants and the human summary.
 
+pub mod after_sale;
 mod crowd;
 mod gateway;
 pub mod report;
@@ -24,6 +33,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use rand::seq::IndexedRandom;
 use tokio::task::JoinSet;
 
+pub use after_sale::{AfterSaleConfig, AfterSaleReport};
 pub use report::{Percentiles, SaleReport, SampleCheck, percentile};
 
 use crate::crowd::{DrainWatch, Tally};
@@ -68,6 +78,12 @@ pub struct SaleConfig {
     /// An idle pooled connection is closed after this long: keep it under the gateway's
     /// keep-alive, or a purchase sent just as the gateway closes its connection is lost.
     pub idle_close: Duration,
+    /// The price of one unit, in cents; `None` leaves it out of the product (the gateway's
+    /// default, 0).
+    pub price_cents: Option<u64>,
+    /// What the winners do after the sale; `None`: the sale ends when its orders are in
+    /// MySQL, as it always did.
+    pub after_sale: Option<AfterSaleConfig>,
 }
 
 impl SaleConfig {
@@ -88,6 +104,8 @@ impl SaleConfig {
             tokens_first: false,
             rate: None,
             idle_close: DEFAULT_IDLE_CLOSE,
+            price_cents: None,
+            after_sale: None,
         }
     }
 }
@@ -115,7 +133,12 @@ pub async fn run_sale(config: &SaleConfig) -> anyhow::Result<SaleReport> {
     let product = config.product_id;
 
     gateway
-        .put_product(product, config.stock, config.per_user_limit)
+        .put_product(
+            product,
+            config.stock,
+            config.per_user_limit,
+            config.price_cents,
+        )
         .await
         .map_err(|refusal| describe(&gateway, "put the product on sale", &refusal))?;
 
@@ -189,8 +212,20 @@ pub async fn run_sale(config: &SaleConfig) -> anyhow::Result<SaleReport> {
         accepted_latency_ms: Percentiles::of(tally.accepted_latencies_ms),
         confirmed_sample,
         violations: Vec::new(),
+        after_sale: None,
     };
     report.violations = report.check_invariants(config.stock);
+    if let Some(after) = &config.after_sale {
+        let accepted = accepted
+            .iter()
+            .map(|(user, token)| (*user, (*token).to_owned()))
+            .collect();
+        let after_sale = after_sale::run(&gateway, config, after, accepted).await?;
+        report
+            .violations
+            .extend(after_sale.check_invariants(report.accepted));
+        report.after_sale = Some(after_sale);
+    }
     Ok(report)
 }
 

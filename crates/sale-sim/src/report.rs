@@ -5,6 +5,8 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::after_sale::AfterSaleReport;
+
 /// The outcome key of a purchase the gateway accepted (202).
 pub const ACCEPTED: &str = "ACCEPTED";
 /// The one refusal a sale is expected to give once the stock is gone.
@@ -59,7 +61,11 @@ pub struct SaleReport {
     /// broker's transactional send), where most refusals stop at the sold-out flag.
     pub accepted_latency_ms: Option<Percentiles>,
     pub confirmed_sample: SampleCheck,
+    /// Every invariant broken, the after-sale's included.
     pub violations: Vec<String>,
+    /// What happened after the click, when the sale was asked to go on after it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after_sale: Option<AfterSaleReport>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -247,6 +253,9 @@ impl fmt::Display for SaleReport {
             "  status checks   {}/{} confirmed",
             self.confirmed_sample.ok, self.confirmed_sample.checked
         )?;
+        if let Some(after_sale) = &self.after_sale {
+            write!(f, "{after_sale}")?;
+        }
         if self.violations.is_empty() {
             writeln!(f, "  invariants      all hold")
         } else {
@@ -317,6 +326,7 @@ mod tests {
                 problems: vec![],
             },
             violations: vec![],
+            after_sale: None,
         }
     }
 
