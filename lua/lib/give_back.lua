@@ -1,6 +1,7 @@
--- Shared by release.lua and confirm.lua (prepended to each when it is loaded): puts the units
--- of a reserved flow back on sale and tombstones its token, so that it can never reserve again.
--- Keys as in release.lua: meta, stock, flow, users, tomb. The caller bumps the epoch.
+-- Shared by release.lua, confirm.lua and return_units.lua (prepended to each when it is
+-- loaded): puts the units of a flow back on sale and tombstones its token, so that it can
+-- never reserve again. Keys as in release.lua: meta, stock, flow, users, tomb (return_units
+-- has one more after them). The caller bumps the epoch.
 local function give_back(keys, token, flow, reason)
   local user = string.match(flow, '"user_id":(%d+)')
   local quantity = tonumber(string.match(flow, '"quantity":(%d+)'))

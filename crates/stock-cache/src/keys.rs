@@ -12,9 +12,11 @@ pub struct ProductKeys {
     pub flow: String,
     /// Hash: user id → units reserved.
     pub users: String,
-    /// Hash: order token → "confirmed" once the order is in MySQL.
+    /// Hash: order token → its status once the order is in MySQL: `confirmed` (bare, or
+    /// `confirmed <pay_by_ms>`), then `paid`, `cancelled` or `expired`.
     pub result: String,
-    /// Hash: order token → why it can never reserve (released, rolled back).
+    /// Hash: order token → why it can never reserve (released, rolled back, or its units
+    /// returned: cancelled, expired).
     pub tomb: String,
 }
 

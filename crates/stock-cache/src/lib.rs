@@ -7,8 +7,11 @@
 //! - [`keys`]: the key layout.
 //! - [`scripts`]: the embedded scripts (EVALSHA, loaded on NOSCRIPT).
 //! - [`StockCache`]: the calls the services make.
+//! - [`lifecycle`]: after the purchase, the order's status and the units of an order closed
+//!   unpaid going back to the sale.
 
 pub mod keys;
+pub mod lifecycle;
 mod pool;
 mod scripts;
 
@@ -17,10 +20,13 @@ use std::time::Duration;
 
 use deadpool_redis::Runtime;
 use deadpool_redis::redis::{self, AsyncCommands, FromRedisValue, ScriptInvocation};
-use domain::{FlowRecord, FlowState, OrderToken, PreDeductOutcome, ProductId, UserId};
+use domain::{
+    Closing, FlowRecord, FlowState, OrderStatus, OrderToken, PreDeductOutcome, ProductId, UserId,
+};
 use serde::Deserialize;
 
 pub use keys::ProductKeys;
+pub use lifecycle::ReturnOutcome;
 
 use crate::pool::{CallConnection, Manager, Pool, PoolError, SharedConnection};
 
@@ -218,6 +224,17 @@ pub struct RestoredOrder {
     pub reserved_at_ms: i64,
 }
 
+/// An order MySQL holds and where it is in its lifecycle, as
+/// [`StockCache::restore_order_states`] writes it back into Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderToRestore {
+    pub order: RestoredOrder,
+    /// `orders.status`.
+    pub status: OrderStatus,
+    /// `orders.pay_by` (unix ms), shown to the buyer while the order is confirmed.
+    pub pay_by_ms: Option<i64>,
+}
+
 /// Why a token was tombstoned, and for whom when known.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Tombstone {
@@ -226,10 +243,38 @@ pub struct Tombstone {
     pub reason: String,
 }
 
+impl Tombstone {
+    /// The closing whose return tombstoned the token (`lua/return_units.lua`), or None for
+    /// a reservation given back before its order was written (released, rolled back): a
+    /// failed purchase.
+    pub fn closing(&self) -> Option<Closing> {
+        match self.reason.as_str() {
+            "cancelled" => Some(Closing::Cancelled),
+            "expired" => Some(Closing::Expired),
+            _ => None,
+        }
+    }
+
+    /// The status of the order behind the tombstone: cancelled or expired when its units
+    /// were returned, failed otherwise.
+    pub fn status(&self) -> OrderStatus {
+        self.closing()
+            .map_or(OrderStatus::Failed, |closing| closing.status())
+    }
+}
+
 /// Everything Redis knows about one order token, read in one round trip.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct OrderView {
+    /// The result says the order reached MySQL: `confirmed`, or a status only a written
+    /// order reaches (paid, cancelled, expired).
     pub confirmed: bool,
+    /// The order's status as the `result` hash has it; None when it has none (queued, a
+    /// failed reservation, or a result written by a newer version that this one cannot
+    /// read). A tombstone's own reason is in [`Tombstone::status`].
+    pub status: Option<OrderStatus>,
+    /// The payment deadline (unix ms), when the result is `confirmed` with one.
+    pub pay_by_ms: Option<i64>,
     pub flow: Option<FlowRecord>,
     pub tombstone: Option<Tombstone>,
 }
@@ -254,8 +299,6 @@ impl std::fmt::Debug for StockCache {
             .finish_non_exhaustive()
     }
 }
-
-const CONFIRMED: &str = "confirmed";
 
 fn connections(
     url: &str,
@@ -559,23 +602,14 @@ impl StockCache {
         }
     }
 
-    /// Records that the orders are in MySQL, for status polling. One round trip per batch.
+    /// Records that the orders are in MySQL, for status polling, without their payment
+    /// deadline: [`Self::mark_confirmed_until`] with none, which keeps one already recorded
+    /// and, like it, never overwrites a later status and publishes each change. For callers
+    /// that do not know the deadline yet.
     pub async fn mark_confirmed(&self, tokens: &[OrderToken]) -> Result<(), CacheError> {
-        if tokens.is_empty() {
-            return Ok(());
-        }
-        self.timed(async {
-            let mut conn = self.connection().await?;
-            let mut pipe = redis::pipe();
-            for token in tokens {
-                let keys = self.keys(token.product_id());
-                pipe.hset(&keys.result, token.to_string(), CONFIRMED)
-                    .ignore();
-            }
-            let () = pipe.query_async(&mut conn).await?;
-            Ok(())
-        })
-        .await
+        self.mark_confirmed_with(tokens.iter().map(|token| (token, None)))
+            .await?;
+        Ok(())
     }
 
     /// The first step of rebuilding a product that Redis lost (see [`Self::restore_orders`]):
@@ -600,15 +634,45 @@ impl StockCache {
         }
     }
 
-    /// Writes back, for orders MySQL holds, what the purchase path had written for them: a
-    /// committed flow (so the token can never reserve again and reconcile finds its order),
-    /// the buyer's units (the per-user limit) and the confirmed result (status polling).
-    /// Stock and meta come last, from [`Self::load_product`]: until then the product stays
-    /// "not loaded" and nobody buys against a half-rebuilt state.
+    /// [`Self::restore_order_states`] of orders that are all confirmed, with no known
+    /// deadline: what a reload wrote back before orders could end. A reload that may meet
+    /// paid, cancelled or expired orders must pass their status instead: this would hold
+    /// the units of a cancelled order again.
     pub async fn restore_orders(
         &self,
         product: ProductId,
         orders: &[RestoredOrder],
+    ) -> Result<(), CacheError> {
+        let orders: Vec<_> = orders
+            .iter()
+            .map(|order| OrderToRestore {
+                order: order.clone(),
+                status: OrderStatus::Confirmed,
+                pay_by_ms: None,
+            })
+            .collect();
+        self.restore_order_states(product, &orders).await
+    }
+
+    /// Writes back, for orders MySQL holds, what the purchase path and the lifecycle had
+    /// written for them, so that Redis reads as if it had never lost them:
+    /// - an open (confirmed) or paid order holds its units: a committed flow (so the token
+    ///   can never reserve again and reconcile finds its order), the buyer's units (the
+    ///   per-user limit), and its result, `confirmed [<pay_by>]` or `paid`;
+    /// - a cancelled or expired order holds none: no flow and no units (MySQL's stock
+    ///   already counts them back), a tombstone of its return (the token can never reserve
+    ///   again, and returning it again answers [`ReturnOutcome::AlreadyReturned`]) and its
+    ///   result;
+    /// - a `failed` one (never written by the purchase path, but MySQL's word): a tombstone
+    ///   and its result, no units.
+    ///
+    /// Stock and meta come last, from [`Self::load_product`]: until then the product stays
+    /// "not loaded" and nobody buys against a half-rebuilt state. Nothing is published:
+    /// nobody's order changed.
+    pub async fn restore_order_states(
+        &self,
+        product: ProductId,
+        orders: &[OrderToRestore],
     ) -> Result<(), CacheError> {
         if orders.is_empty() {
             return Ok(());
@@ -617,24 +681,49 @@ impl StockCache {
         self.timed(async {
             let mut conn = self.connection().await?;
             let mut pipe = redis::pipe();
-            for order in orders {
-                // The record pre_deduct.lua would have written; the stock at the time is not
-                // known, and nothing reads it back.
-                let flow = FlowRecord {
-                    user_id: order.user_id,
-                    quantity: order.quantity,
-                    stock_before: 0,
-                    stock_after: 0,
-                    reserved_at_ms: order.reserved_at_ms,
-                    state: FlowState::Committed,
-                };
-                let flow = serde_json::to_string(&flow).expect("a flow record always serialises");
-                pipe.hset(&keys.flow, &order.order_token, flow)
-                    .ignore()
-                    .hincr(&keys.users, order.user_id.get(), order.quantity)
-                    .ignore()
-                    .hset(&keys.result, &order.order_token, CONFIRMED)
-                    .ignore();
+            for OrderToRestore {
+                order,
+                status,
+                pay_by_ms,
+            } in orders
+            {
+                let token = &order.order_token;
+                match status {
+                    OrderStatus::Queued | OrderStatus::Confirmed | OrderStatus::Paid => {
+                        // The record pre_deduct.lua would have written; the stock at the time
+                        // is not known, and nothing reads it back.
+                        let flow = FlowRecord {
+                            user_id: order.user_id,
+                            quantity: order.quantity,
+                            stock_before: 0,
+                            stock_after: 0,
+                            reserved_at_ms: order.reserved_at_ms,
+                            state: FlowState::Committed,
+                        };
+                        let flow =
+                            serde_json::to_string(&flow).expect("a flow record always serialises");
+                        pipe.hset(&keys.flow, token, flow)
+                            .ignore()
+                            .hincr(&keys.users, order.user_id.get(), order.quantity)
+                            .ignore();
+                    }
+                    OrderStatus::Cancelled | OrderStatus::Expired | OrderStatus::Failed => {
+                        // The tombstone give_back.lua writes, the status as its reason.
+                        let tomb = format!(
+                            r#"{{"user_id":{},"quantity":{},"reason":"{}"}}"#,
+                            order.user_id.get(),
+                            order.quantity,
+                            status.as_str()
+                        );
+                        pipe.hset(&keys.tomb, token, tomb).ignore();
+                    }
+                }
+                pipe.hset(
+                    &keys.result,
+                    token,
+                    lifecycle::result_value(*status, *pay_by_ms),
+                )
+                .ignore();
             }
             let () = pipe.query_async(&mut conn).await?;
             Ok(())
@@ -659,8 +748,21 @@ impl StockCache {
                 FlowRecord::from_json(&json)
                     .map_err(|e| CacheError::UnexpectedReply(format!("flow record: {e}")))
             };
+            let (status, pay_by_ms) = result
+                .as_deref()
+                .map_or((None, None), lifecycle::parse_result);
             Ok(OrderView {
-                confirmed: result.as_deref() == Some(CONFIRMED),
+                confirmed: matches!(
+                    status,
+                    Some(
+                        OrderStatus::Confirmed
+                            | OrderStatus::Paid
+                            | OrderStatus::Cancelled
+                            | OrderStatus::Expired
+                    )
+                ),
+                status,
+                pay_by_ms,
                 flow: flow.map(parse_flow).transpose()?,
                 tombstone: tomb.and_then(|json| serde_json::from_str(&json).ok()),
             })

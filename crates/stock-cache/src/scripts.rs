@@ -11,7 +11,8 @@ use deadpool_redis::redis::{
 
 pub(crate) static PRE_DEDUCT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/pre_deduct.lua")));
-// confirm.lua and release.lua both give reserved units back: one function, prepended to each.
+// confirm.lua, release.lua and return_units.lua all give units back: one function, prepended
+// to each.
 pub(crate) static CONFIRM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("../../../lua/lib/give_back.lua"),
@@ -24,6 +25,16 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("../../../lua/release.lua")
     ))
 });
+pub(crate) static RETURN_UNITS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../../lua/lib/give_back.lua"),
+        include_str!("../../../lua/return_units.lua")
+    ))
+});
+pub(crate) static MARK_CONFIRMED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/mark_confirmed.lua")));
+pub(crate) static MARK_PAID: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/mark_paid.lua")));
 pub(crate) static LOAD_PRODUCT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/load_product.lua")));
 pub(crate) static RESTOCK: LazyLock<Script> =

@@ -6,6 +6,7 @@ mod concurrency;
 mod confirm_release;
 mod helpers;
 mod isolation;
+mod lifecycle;
 mod load;
 mod pool;
 mod pre_deduct;

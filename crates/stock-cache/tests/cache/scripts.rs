@@ -1,8 +1,8 @@
 //! The scripts are sent as EVALSHA; a Redis that forgot them (restart, fail-over, `SCRIPT
 //! FLUSH`) answers NOSCRIPT, and the call loads the script and runs it once.
 
-use domain::{PreDeductOutcome, UserId};
-use stock_cache::ReleaseOutcome;
+use domain::{Closing, PreDeductOutcome, UserId};
+use stock_cache::{ReleaseOutcome, ReturnOutcome};
 use test_support::redis::TestRedis;
 
 use crate::helpers::{PRODUCT, assert_stock_is_conserved, open_sale, token};
@@ -44,6 +44,26 @@ async fn every_script_runs_after_redis_forgot_it() {
     assert_eq!(
         cache.release(&released, "send_failed").await.unwrap(),
         ReleaseOutcome::Released
+    );
+
+    flush_scripts(&redis).await;
+    cache
+        .mark_confirmed_until(&[(committed.clone(), 1_700_000_000_000)])
+        .await
+        .unwrap();
+    flush_scripts(&redis).await;
+    assert!(cache.mark_paid(&committed).await.unwrap());
+
+    let returned = token();
+    cache.pre_deduct(&returned, UserId(3), 1).await.unwrap();
+    cache.confirm(&returned).await.unwrap();
+    flush_scripts(&redis).await;
+    assert_eq!(
+        cache
+            .return_units(&returned, Closing::Expired)
+            .await
+            .unwrap(),
+        ReturnOutcome::Returned
     );
 
     assert_stock_is_conserved(cache, PRODUCT, 10).await;
