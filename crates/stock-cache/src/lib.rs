@@ -9,7 +9,9 @@
 //! - [`StockCache`]: the calls the services make.
 //! - [`lifecycle`]: after the purchase, the order's status and the units of an order closed
 //!   unpaid going back to the sale.
+//! - [`events`]: the order events published on every status change, and their subscriber.
 
+pub mod events;
 pub mod keys;
 pub mod lifecycle;
 mod pool;
@@ -25,6 +27,7 @@ use domain::{
 };
 use serde::Deserialize;
 
+pub use events::{EventSource, OrderEvent};
 pub use keys::ProductKeys;
 pub use lifecycle::ReturnOutcome;
 

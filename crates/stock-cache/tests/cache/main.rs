@@ -4,6 +4,7 @@
 
 mod concurrency;
 mod confirm_release;
+mod events;
 mod helpers;
 mod isolation;
 mod lifecycle;
