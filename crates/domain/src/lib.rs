@@ -1,6 +1,7 @@
 //! The seckill domain: the types and rules every service shares, with no I/O.
 //!
 //! - [`ids`]: `ProductId`, `UserId` and `OrderToken`, each parsed once at the edge.
+//! - [`payment`]: the payment provider's callback signature.
 //! - [`purchase_token`]: the signed one-time purchase token (issue and verify).
 //! - [`flow`]: the flow record the Lua pre-deduct writes for every unit it reserves.
 //! - [`lifecycle`]: where an order is after the purchase (`OrderStatus`), and why an
@@ -15,6 +16,7 @@ pub mod ids;
 pub mod lifecycle;
 pub mod message;
 pub mod outcome;
+pub mod payment;
 pub mod purchase_token;
 pub mod reconcile;
 
@@ -22,5 +24,6 @@ pub use flow::{FlowRecord, FlowState};
 pub use ids::{IdError, OrderToken, ProductId, UserId};
 pub use lifecycle::{Closing, OrderStatus, UnknownStatus};
 pub use message::{DecodeError, MAX_ORDERS_PER_MESSAGE, OrderPlaced};
+pub use payment::WebhookKey;
 pub use outcome::{Cause, PreDeductOutcome, PurchaseOutcome, Refusal, TokenRefusal, Unsettled};
 pub use purchase_token::{PurchaseClaims, TokenError, TokenSigner};

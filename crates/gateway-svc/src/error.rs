@@ -66,6 +66,12 @@ pub enum ApiError {
         "{0} order message(s) are still on their way to MySQL; reload again once the order consumers have caught up"
     )]
     OrdersInFlight(u64),
+    #[error("the order is {0}; it can no longer change")]
+    OrderClosed(domain::OrderStatus),
+    #[error("the order is still queued; ask again once it is confirmed")]
+    NotConfirmed,
+    #[error("the payment is {paid} cents; the order costs {expected}")]
+    AmountMismatch { expected: u64, paid: u64 },
     /// A known path asked with a method it does not have; carries the `Allow` value.
     #[error("this path takes {0}")]
     MethodNotAllowed(String),
@@ -112,7 +118,7 @@ impl ApiError {
 
     /// One error of each kind. The OpenAPI document builds every error response from this
     /// list, so that each status names exactly the codes that map to it.
-    pub fn every_kind() -> [ApiError; 17] {
+    pub fn every_kind() -> [ApiError; 20] {
         let every = [
             Self::BadRequest(String::new()),
             Self::PayloadTooLarge(String::new()),
@@ -128,6 +134,12 @@ impl ApiError {
             Self::StockBelowSold { sold: 0, wanted: 0 },
             Self::ProductLoaded,
             Self::OrdersInFlight(0),
+            Self::OrderClosed(domain::OrderStatus::Paid),
+            Self::NotConfirmed,
+            Self::AmountMismatch {
+                expected: 0,
+                paid: 0,
+            },
             Self::MethodNotAllowed(String::new()),
             Self::RateLimited {
                 retry_after_secs: 1,
@@ -154,6 +166,9 @@ impl ApiError {
                 | Self::StockBelowSold { .. }
                 | Self::ProductLoaded
                 | Self::OrdersInFlight(_)
+                | Self::OrderClosed(_)
+                | Self::NotConfirmed
+                | Self::AmountMismatch { .. }
                 | Self::MethodNotAllowed(_)
                 | Self::RateLimited { .. }
                 | Self::Unavailable { .. } => {}
@@ -178,6 +193,9 @@ impl ApiError {
             Self::StockBelowSold { .. } => "STOCK_BELOW_SOLD",
             Self::ProductLoaded => "PRODUCT_LOADED",
             Self::OrdersInFlight(_) => "ORDERS_IN_FLIGHT",
+            Self::OrderClosed(_) => "ORDER_CLOSED",
+            Self::NotConfirmed => "NOT_CONFIRMED",
+            Self::AmountMismatch { .. } => "AMOUNT_MISMATCH",
             Self::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
             Self::RateLimited { .. } => "RATE_LIMITED",
             Self::Unavailable { .. } => "UNAVAILABLE",
@@ -200,7 +218,10 @@ impl ResponseError for ApiError {
             | Self::OrdersExist
             | Self::StockBelowSold { .. }
             | Self::ProductLoaded
-            | Self::OrdersInFlight(_) => StatusCode::CONFLICT,
+            | Self::OrdersInFlight(_)
+            | Self::OrderClosed(_)
+            | Self::NotConfirmed
+            | Self::AmountMismatch { .. } => StatusCode::CONFLICT,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -216,6 +237,10 @@ impl ResponseError for ApiError {
                     header::RETRY_AFTER,
                     HeaderValue::from(retry_after_secs.max(&1).to_owned()),
                 ));
+            }
+            // The consumer writes a queued order within moments; a second is a fair wait.
+            Self::NotConfirmed => {
+                response.insert_header((header::RETRY_AFTER, HeaderValue::from(1)));
             }
             Self::MethodNotAllowed(allow) => {
                 if let Ok(allow) = HeaderValue::from_str(allow) {

@@ -19,5 +19,6 @@ pub mod responses;
 pub mod routes;
 pub mod sold_out;
 pub mod startup;
+pub mod watch;
 
 pub use startup::Application;

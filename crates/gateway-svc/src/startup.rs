@@ -22,6 +22,7 @@ use crate::purchase::{ConfirmInRedis, PurchaseDesk, SendSpans};
 use crate::rate_limit::RateLimits;
 use crate::routes::{self, AppState};
 use crate::sold_out::SoldOutFlags;
+use crate::watch::OrderWatch;
 
 /// Redis connections of the confirm runtime, which runs confirm.lua for the local
 /// transactions and check-backs. Each connection carries many calls at once (redis-rs
@@ -50,6 +51,8 @@ pub struct Application {
     /// Runs confirm.lua for the broker's callbacks, which arrive on the client's threads.
     confirm_runtime: SideRuntime,
     grace: Duration,
+    /// Where order events are read from (`OrderWatch::follow`).
+    events: stock_cache::EventSource,
 }
 
 fn token_signer(settings: &Settings) -> anyhow::Result<TokenSigner> {
@@ -96,6 +99,8 @@ struct SharedState {
     backlog: Arc<OrderBacklog>,
     reload_drain: Duration,
     lease_holder: Arc<str>,
+    watch: Arc<OrderWatch>,
+    watch_recheck: Duration,
 }
 
 impl SharedState {
@@ -120,6 +125,8 @@ impl SharedState {
             backlog: self.backlog.clone(),
             reload_drain: self.reload_drain,
             lease_holder: self.lease_holder.clone(),
+            watch: self.watch.clone(),
+            watch_recheck: self.watch_recheck,
         }
     }
 }
@@ -188,7 +195,13 @@ impl Application {
             backlog,
             reload_drain: Duration::from_secs(settings.gateway.reload_drain_secs),
             lease_holder: platform::instance::holder_id("gateway").into(),
+            watch: OrderWatch::new(settings.orders.max_watchers),
+            watch_recheck: Duration::from_secs(settings.orders.watch_recheck_secs.max(1)),
         };
+        let events = shared.cache.event_source();
+        let webhook_key = web::Data::new(domain::WebhookKey::new(
+            settings.payments.webhook_secret.expose_secret().as_bytes(),
+        ));
         let openapi = web::Data::new(routes::docs::served(settings.auth.mode));
         let identity = web::Data::new(IdentityConfig::new(
             &settings.auth,
@@ -220,6 +233,7 @@ impl Application {
                 .app_data(state)
                 .app_data(identity.clone())
                 .app_data(openapi.clone())
+                .app_data(webhook_key.clone())
                 .configure(|cfg| ops::configure(cfg, ops_state))
                 .configure(|cfg| routes::configure(cfg, max_body))
                 .default_service(web::to(routes::not_found))
@@ -241,6 +255,7 @@ impl Application {
             mq_runtime,
             confirm_runtime,
             grace,
+            events,
         })
     }
 
@@ -255,16 +270,24 @@ impl Application {
             self.shared.clone(),
             shutdown.clone(),
         ));
+        let follower = tokio::spawn(self.shared.watch.clone().follow(
+            self.events.subscribe(),
+            self.shared.sold_out.clone(),
+            shutdown.clone(),
+        ));
         let handle = self.server.handle();
         let server = tokio::spawn(self.server);
         shutdown.cancelled().await;
         tracing::info!("Stopping: no new requests; finishing in-flight ones.");
+        // Streams and long-polls would otherwise hold the stop open for the whole grace.
+        self.shared.watch.close();
         let stopped = tokio::time::timeout(self.grace, handle.stop(true)).await;
         if stopped.is_err() {
             tracing::warn!("In-flight requests did not finish within the grace period.");
         }
         let _ = server.await;
         watchers.abort();
+        follower.abort();
         self.publisher.shutdown().await;
         self.shared.backlog.shutdown().await;
         self.mq_runtime.shutdown().await;

@@ -60,7 +60,8 @@ impl Application {
             consumer.batch_size as usize,
             writer_runtime.handle(),
             consumer.max_reconsume_times,
-        ));
+        )
+        .with_payment_window(Duration::from_secs(settings.orders.payment_window_secs)));
 
         let mq_runtime = MqRuntime::new("order-consumer", MQ_BLOCKING_PARALLELISM)
             .context("cannot start the MQ client")?;

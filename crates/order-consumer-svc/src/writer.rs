@@ -37,6 +37,8 @@ pub struct OrderWriter {
     /// The consumer group's `max_reconsume_times`: a message handed back at this count goes
     /// to the DLQ instead of another retry, which is counted.
     max_reconsume_times: i32,
+    /// How long a written order waits for its payment (`orders.payment_window_secs`).
+    payment_window: chrono::Duration,
 }
 
 impl BatchHandler for OrderWriter {
@@ -94,7 +96,16 @@ impl OrderWriter {
             orders_per_transaction: orders_per_transaction.max(1),
             runtime,
             max_reconsume_times,
+            payment_window: chrono::Duration::from_std(order_store::DEFAULT_PAYMENT_WINDOW)
+                .expect("the default window is a few minutes"),
         }
+    }
+
+    /// Orders written from now on wait `window` for their payment.
+    pub fn with_payment_window(mut self, window: std::time::Duration) -> Self {
+        self.payment_window =
+            chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
+        self
     }
 
     /// The batch goes back to the broker: messages at their last retry go to the DLQ.
@@ -142,12 +153,14 @@ impl OrderWriter {
         };
 
         platform::crash_point!("consumer::before_commit");
+        // One deadline for the batch: its orders are written within moments of each other.
+        let pay_by = chrono::Utc::now() + self.payment_window;
         let mut summary = WriteSummary::default();
         let mut orders = Vec::with_capacity(decoded.len());
         // A failure after some transactions committed hands the whole batch back: the
         // redelivery finds those orders written and skips them.
         for chunk in decoded.chunks(self.orders_per_transaction) {
-            let Some((written, chunk_orders)) = self.write_chunk(chunk).await else {
+            let Some((written, chunk_orders)) = self.write_chunk(chunk, pay_by).await else {
                 return BatchVerdict::RetryLater;
             };
             summary.absorb(written);
@@ -164,8 +177,12 @@ impl OrderWriter {
             order_age.record(age_ms as f64 / 1e3);
         }
 
-        let tokens: Vec<_> = orders.iter().map(|o| o.order_token.clone()).collect();
-        if let Err(error) = self.cache.mark_confirmed(&tokens).await {
+        let pay_by_ms = pay_by.timestamp_millis();
+        let confirmed: Vec<_> = orders
+            .iter()
+            .map(|o| (o.order_token.clone(), pay_by_ms))
+            .collect();
+        if let Err(error) = self.cache.mark_confirmed_until(&confirmed).await {
             // The orders are safe in MySQL; status polling falls back to it. No retry.
             tracing::warn!(error = ?error, "Orders written but not marked confirmed in Redis.");
         }
@@ -193,11 +210,12 @@ impl OrderWriter {
     async fn write_chunk(
         &self,
         chunk: &[(&Delivery, OrderPlaced)],
+        pay_by: chrono::DateTime<chrono::Utc>,
     ) -> Option<(WriteSummary, Vec<OrderPlaced>)> {
         let orders: Vec<OrderPlaced> = chunk.iter().map(|(_, o)| o.clone()).collect();
         match self
             .db
-            .write_orders(&orders)
+            .write_orders_due(&orders, pay_by)
             .instrument(db_span(orders.len()))
             .await
         {
@@ -208,7 +226,7 @@ impl OrderWriter {
             // rolled back. Written one by one, only those orders are set aside instead of
             // holding the whole batch back until the DLQ.
             Err(error) if matches!(error, StoreError::InvalidData(_)) || error.refuses_order() => {
-                self.write_one_by_one(chunk).await
+                self.write_one_by_one(chunk, pay_by).await
             }
             Err(error) => {
                 refused(&error);
@@ -266,13 +284,14 @@ impl OrderWriter {
     async fn write_one_by_one(
         &self,
         chunk: &[(&Delivery, OrderPlaced)],
+        pay_by: chrono::DateTime<chrono::Utc>,
     ) -> Option<(WriteSummary, Vec<OrderPlaced>)> {
         let mut summary = WriteSummary::default();
         let mut written = Vec::with_capacity(chunk.len());
         for (delivery, order) in chunk {
             match self
                 .db
-                .write_orders(std::slice::from_ref(order))
+                .write_orders_due(std::slice::from_ref(order), pay_by)
                 .instrument(db_span(1))
                 .await
             {

@@ -262,6 +262,9 @@ pub struct OrderPageRow {
     /// Open (`confirmed`), `paid`, or closed (`cancelled`, `expired`: its units count
     /// back in the stock, not as ordered).
     pub status: OrderStatus,
+    /// The end of its payment window (unix ms); `None` for an order written before orders
+    /// had one.
+    pub pay_by_ms: Option<i64>,
     /// A `stock_flow` row took its stock (SECKILL or RECONCILE_DEDUCT).
     pub has_stock_flow: bool,
     /// A RELEASE `stock_flow` row gave its stock back: expected exactly for a cancelled

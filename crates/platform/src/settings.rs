@@ -24,6 +24,12 @@ pub struct Settings {
     pub tokens: TokenSettings,
     pub rate_limit: RateLimitSettings,
     pub telemetry: TelemetrySettings,
+    /// After the purchase: the payment window and how buyers watch their orders.
+    #[serde(default)]
+    pub orders: OrderSettings,
+    /// Only a secret, like `[admin]`.
+    #[serde(default)]
+    pub payments: PaymentSettings,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -145,6 +151,49 @@ pub struct TokenSettings {
     pub keys: BTreeMap<String, SecretString>,
 }
 
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct OrderSettings {
+    /// Seconds a confirmed order waits for its payment before it expires and its units go
+    /// back on sale.
+    pub payment_window_secs: u64,
+    /// Seconds past `pay_by` after which reconcile expires an order whose deadline message
+    /// never came (the broker lost it, or every expirer was down).
+    pub expiry_grace_secs: u64,
+    /// An SSE stream or a long-poll reads its order again at least this often, events or
+    /// not: Redis pub/sub drops what is published while a gateway is reconnecting.
+    pub watch_recheck_secs: u64,
+    /// Event streams and long-polls one gateway holds open at once; past it, 429.
+    pub max_watchers: usize,
+}
+
+impl Default for OrderSettings {
+    fn default() -> Self {
+        Self {
+            payment_window_secs: 900,
+            expiry_grace_secs: 60,
+            watch_recheck_secs: 5,
+            max_watchers: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct PaymentSettings {
+    /// The HMAC-SHA256 key the payment provider signs its callbacks with. Unset is empty,
+    /// refused at start-up outside local mode.
+    #[serde(default = "unset_secret")]
+    pub webhook_secret: SecretString,
+}
+
+impl Default for PaymentSettings {
+    fn default() -> Self {
+        Self {
+            webhook_secret: unset_secret(),
+        }
+    }
+}
+
 fn unset_secret() -> SecretString {
     SecretString::from("")
 }
@@ -181,6 +230,7 @@ const SHIPPED_SECRETS: &[&str] = &[
     "dev-admin-token",
     "dev-jwt-secret-change-me",
     "dev-token-key-change-me",
+    "dev-webhook-secret-change-me",
     "CHANGE-ME",
     "CHANGE-ME-at-least-16-bytes",
     "CHANGE-ME-32-or-more-random-bytes",
@@ -256,11 +306,18 @@ impl Settings {
 
     /// The secrets this deployment relies on, as (setting, variable, value).
     fn secrets_in_use(&self) -> Vec<(String, String, &SecretString)> {
-        let mut secrets = vec![(
-            "admin.token".to_owned(),
-            "SECKILL_ADMIN__TOKEN".to_owned(),
-            &self.admin.token,
-        )];
+        let mut secrets = vec![
+            (
+                "admin.token".to_owned(),
+                "SECKILL_ADMIN__TOKEN".to_owned(),
+                &self.admin.token,
+            ),
+            (
+                "payments.webhook_secret".to_owned(),
+                "SECKILL_PAYMENTS__WEBHOOK_SECRET".to_owned(),
+                &self.payments.webhook_secret,
+            ),
+        ];
         // In header mode no JWT is ever verified, so its secret guards nothing.
         if self.auth.mode == AuthMode::Jwt {
             secrets.push((

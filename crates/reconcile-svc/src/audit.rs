@@ -444,10 +444,16 @@ impl Auditor {
             let has_flow = self.cache.flows_exist(product, &tokens).await?;
             for (order, has_flow) in page.iter().zip(has_flow) {
                 report.orders += 1;
-                report.ordered_units += i64::from(order.quantity);
                 if has_flow {
+                    report.ordered_units += i64::from(order.quantity);
                     continue; // judged in pass 1
                 }
+                // A cancelled or expired order gave its units back: its flow left Redis
+                // on purpose, and its units count in the stock, not as ordered.
+                if order.status.returned_units() {
+                    continue;
+                }
+                report.ordered_units += i64::from(order.quantity);
                 let facts = TokenFacts {
                     flow: None,
                     has_order: true,

@@ -45,6 +45,10 @@ pub struct PutProduct {
     /// Closing time (RFC 3339, years 1000 to 9999 in UTC), after `starts_at`; absent or
     /// null: never closes.
     ends_at: Option<DateTime<Utc>>,
+    /// The price of one unit, in cents; a payment must be price × quantity. Absent: 0.
+    #[schema(format = "uint64", minimum = 0)]
+    #[serde(default, deserialize_with = "whole_number")]
+    price_cents: u64,
     /// Restock a sale that has reserved units or orders: its initial stock becomes `stock`,
     /// and what is on sale moves by the same amount in one step, everything reserved staying
     /// sold; fewer units than are sold already is refused (409 `STOCK_BELOW_SOLD`). Without
@@ -101,6 +105,8 @@ pub struct ProductView {
     /// Null: never closes.
     #[schema(format = DateTime)]
     ends_at: Option<String>,
+    #[schema(format = "uint64", minimum = 0)]
+    price_cents: u64,
 }
 
 /// Define a sale (or restock one).
@@ -167,7 +173,7 @@ pub async fn put_product(
     let (cache, force) = (&state.cache, body.force);
     let put = state
         .db
-        .put_product_and(&definition, force, |mysql| {
+        .put_priced_product_and(&definition, body.price_cents, force, |mysql| {
             load_into_redis(cache, product, terms, force, mysql)
         })
         .await;
@@ -193,6 +199,7 @@ pub async fn put_product(
         per_user_limit: body.per_user_limit,
         starts_at: rfc3339_ms(terms.starts_at_ms),
         ends_at: rfc3339_ms(terms.ends_at_ms),
+        price_cents: body.price_cents,
     }))
 }
 
@@ -388,6 +395,12 @@ pub struct ProductState {
     orders: i64,
     /// This gateway's sold-out flag.
     sold_out: bool,
+    /// Units of paid orders.
+    paid: i64,
+    /// Units of cancelled and expired orders, given back to the sale.
+    returned: i64,
+    /// Payments that came for an order already closed, to be refunded.
+    refunds_due: i64,
 }
 
 /// Look at a sale.
@@ -421,6 +434,7 @@ pub async fn get_product(
         .ok_or(ApiError::NotFound("product"))?;
     let redis_stock = state.cache.stock(product).await?;
     let (mysql_stock, orders) = state.db.stock_and_order_count(product).await?;
+    let lifecycle = state.db.lifecycle_counts(product).await?;
     // An operator's look refreshes the dashboard's stock too.
     if let Some(units) = redis_stock {
         platform::ops::record_stock(product.get(), "redis", units);
@@ -436,5 +450,8 @@ pub async fn get_product(
         flows: state.cache.flow_count(product).await?,
         orders,
         sold_out: state.sold_out.is_sold_out(product),
+        paid: lifecycle.paid_units,
+        returned: lifecycle.returned_units,
+        refunds_due: lifecycle.refunds_due,
     }))
 }

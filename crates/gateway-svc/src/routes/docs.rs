@@ -11,7 +11,7 @@ use crate::responses::{
     BadRequest, Conflict, Forbidden, HeadersTooLarge, MethodNotAllowed, NotFound, PayloadTooLarge,
     RateLimited, Unauthenticated, Unavailable,
 };
-use crate::routes::{OPS_PATHS, admin, buyer, reload};
+use crate::routes::{OPS_PATHS, admin, buyer, orders, payments, reload};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -19,7 +19,10 @@ use crate::routes::{OPS_PATHS, admin, buyer, reload};
     paths(
         buyer::issue_token,
         buyer::purchase,
-        buyer::order_status,
+        orders::order_status,
+        orders::order_events,
+        orders::cancel_order,
+        payments::notify_payment,
         admin::put_product,
         admin::get_product,
         reload::reload_product,
@@ -39,6 +42,7 @@ use crate::routes::{OPS_PATHS, admin, buyer, reload};
     )),
     tags(
         (name = "buyer", description = "A buyer's way through a sale."),
+        (name = "payments", description = "The payment provider's callback (signed, no buyer)."),
         (name = "admin", description = "The operator's product endpoints (admin bearer token)."),
         (name = "ops", description = "Probes and metrics."),
         (name = "docs", description = "This document."),

@@ -3,6 +3,8 @@
 pub mod admin;
 pub mod buyer;
 pub mod docs;
+pub mod orders;
+pub mod payments;
 pub mod reload;
 
 use std::collections::BTreeMap;
@@ -30,6 +32,7 @@ use crate::openapi;
 use crate::purchase::PurchaseDesk;
 use crate::rate_limit::RateLimits;
 use crate::sold_out::SoldOutFlags;
+use crate::watch::OrderWatch;
 
 /// Everything the handlers use; one per HTTP worker, with that worker's own Redis and
 /// MySQL pools (see `startup`), the rest shared by all.
@@ -47,6 +50,10 @@ pub struct AppState {
     /// This gateway's name on the leases it takes (`platform::instance`): unique to the
     /// application, whatever its PID.
     pub lease_holder: Arc<str>,
+    /// The event streams and long-polls held on this gateway.
+    pub watch: Arc<OrderWatch>,
+    /// A watcher reads its order again at least this often (`orders.watch_recheck_secs`).
+    pub watch_recheck: Duration,
 }
 
 /// The `{product_id}` of the product routes, as the OpenAPI document describes it. The
@@ -136,7 +143,25 @@ fn api_routes() -> Vec<(Method, &'static str, Route, Option<Quiet>)> {
         (
             Method::GET,
             "/api/v1/orders/{order_token}",
-            web::to(buyer::order_status),
+            web::to(orders::order_status),
+            None,
+        ),
+        (
+            Method::GET,
+            "/api/v1/orders/{order_token}/events",
+            web::to(orders::order_events),
+            None,
+        ),
+        (
+            Method::POST,
+            "/api/v1/orders/{order_token}/cancel",
+            web::to(orders::cancel_order),
+            None,
+        ),
+        (
+            Method::POST,
+            "/api/v1/payments/notify",
+            web::to(payments::notify_payment),
             None,
         ),
         (

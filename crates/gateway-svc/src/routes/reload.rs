@@ -22,7 +22,7 @@ use actix_web::{HttpResponse, web};
 use domain::ProductId;
 use order_store::ProductRow;
 use serde::Serialize;
-use stock_cache::{LoadMode, LoadSpec, RestoredOrder};
+use stock_cache::{LoadMode, LoadSpec, OrderToRestore, RestoredOrder};
 use utoipa::ToSchema;
 
 use crate::error::ApiError;
@@ -137,18 +137,31 @@ async fn rebuild(
         let page = state.db.orders_page(product, after_id, PAGE).await?;
         let Some(last) = page.last() else { break };
         after_id = last.id;
-        let orders: Vec<RestoredOrder> = page
+        // Every order goes back with its status: an open or paid one holds its units again,
+        // a cancelled or expired one only its tomb (its units are in the stock below).
+        let orders: Vec<OrderToRestore> = page
             .iter()
-            .map(|order| RestoredOrder {
-                order_token: order.order_token.clone(),
-                user_id: order.user_id,
-                quantity: order.quantity,
-                reserved_at_ms: order.reserved_at_ms,
+            .map(|order| OrderToRestore {
+                order: RestoredOrder {
+                    order_token: order.order_token.clone(),
+                    user_id: order.user_id,
+                    quantity: order.quantity,
+                    reserved_at_ms: order.reserved_at_ms,
+                },
+                status: order.status,
+                pay_by_ms: order.pay_by_ms,
             })
             .collect();
-        state.cache.restore_orders(product, &orders).await?;
-        orders_restored += orders.len() as u64;
-        units_restored += orders.iter().map(|o| i64::from(o.quantity)).sum::<i64>();
+        state.cache.restore_order_states(product, &orders).await?;
+        let held: Vec<_> = orders
+            .iter()
+            .filter(|o| !o.status.returned_units())
+            .collect();
+        orders_restored += held.len() as u64;
+        units_restored += held
+            .iter()
+            .map(|o| i64::from(o.order.quantity))
+            .sum::<i64>();
     }
 
     let stock = state.db.stock(product).await?.unwrap_or(0).max(0);

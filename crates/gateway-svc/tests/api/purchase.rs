@@ -366,7 +366,7 @@ async fn an_order_in_mysql_whose_confirmation_redis_lost_is_reported_confirmed_n
             .unwrap()
     );
     // Past the time an order normally takes to reach MySQL, the gateway asks MySQL.
-    tokio::time::sleep(gateway_svc::routes::buyer::ASK_MYSQL_AFTER).await;
+    tokio::time::sleep(gateway_svc::routes::orders::ASK_MYSQL_AFTER).await;
 
     let status = body(app.order_status(7, &order_token).await).await;
     assert_eq!(status["status"], "confirmed", "{status}");

@@ -28,7 +28,7 @@ async fn a_batch_of_valid_orders_is_written_deducted_and_marked_confirmed() {
         let row = t.db().order(&order.order_token).await.unwrap().unwrap();
         assert_eq!(row.user_id, order.user_id);
         assert_eq!(row.quantity, 1);
-        assert_eq!(row.status, "confirmed");
+        assert_eq!(row.status, domain::OrderStatus::Confirmed);
     }
     t.assert_confirmed(&batch).await;
     assert!(t.rejected().await.is_empty());

@@ -132,6 +132,7 @@ impl Db {
                 orders::quantity,
                 orders::reserved_at,
                 orders::status,
+                orders::pay_by,
                 take.field(stock_flow::id).nullable().is_not_null(),
                 release.field(stock_flow::id).nullable().is_not_null(),
             ))
@@ -142,13 +143,14 @@ impl Db {
                 u32,
                 chrono::NaiveDateTime,
                 String,
+                Option<chrono::NaiveDateTime>,
                 bool,
                 bool,
             )>(&mut conn)
             .await?;
         rows.into_iter()
             .map(
-                |(id, order_token, user_id, quantity, reserved_at, status, take, release)| {
+                |(id, order_token, user_id, quantity, reserved_at, status, pay_by, take, release)| {
                     Ok(OrderPageRow {
                         id,
                         order_token,
@@ -156,6 +158,7 @@ impl Db {
                         quantity,
                         reserved_at_ms: reserved_at.and_utc().timestamp_millis(),
                         status: parse_status(&status)?,
+                        pay_by_ms: pay_by.map(|t| t.and_utc().timestamp_millis()),
                         has_stock_flow: take,
                         has_release: release,
                     })
