@@ -13,9 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiError;
 use crate::identity::Buyer;
-use crate::responses::{
-    BadRequest, Conflict, NotFound, RateLimited, Unauthenticated, Unavailable,
-};
+use crate::responses::{BadRequest, Conflict, NotFound, RateLimited, Unauthenticated, Unavailable};
 use crate::routes::{AppState, rfc3339_ms};
 use crate::watch::Watcher;
 
@@ -337,7 +335,11 @@ struct EventStream {
 impl EventStream {
     /// The next chunk of the stream, or `None` once it is over.
     async fn next(mut self) -> Option<(Result<Bytes, actix_web::Error>, Self)> {
-        if self.last.as_ref().is_some_and(|last| last.status.is_final()) {
+        if self
+            .last
+            .as_ref()
+            .is_some_and(|last| last.status.is_final())
+        {
             return None;
         }
         loop {

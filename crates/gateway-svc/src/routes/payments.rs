@@ -73,7 +73,9 @@ pub async fn notify_payment(
         .and_then(|value| value.to_str().ok())
         .unwrap_or_default();
     if !key.verifies(&body, signature) {
-        return Err(ApiError::Unauthenticated("bad or missing payment signature"));
+        return Err(ApiError::Unauthenticated(
+            "bad or missing payment signature",
+        ));
     }
     let notice: PaymentNotice = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("malformed payment: {e}")))?;

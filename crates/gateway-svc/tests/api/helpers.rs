@@ -7,6 +7,8 @@ use test_support::service::InProcessService;
 use test_support::stack::TestStack;
 
 pub const ADMIN: &str = "dev-admin-token";
+/// The payment provider's key of local runs (config/local.toml).
+pub const WEBHOOK_SECRET: &str = "dev-webhook-secret-change-me";
 
 pub struct TestApp {
     pub address: String,
@@ -62,7 +64,12 @@ pub async fn spawn_app_with_consumer_and(extra: &[(&str, &str)]) -> TestApp {
 impl TestApp {
     /// Starts an order consumer on the app's stack (again, after a test stopped it).
     pub async fn start_consumer(&mut self) {
-        let settings = self.stack.settings(&[]);
+        self.start_consumer_with(&[]).await;
+    }
+
+    /// [`TestApp::start_consumer`], with `extra` settings for the consumer.
+    pub async fn start_consumer_with(&mut self, extra: &[(&str, &str)]) {
+        let settings = self.stack.settings(extra);
         self.consumer = Some(
             InProcessService::start("consumer", move |shutdown, port| async move {
                 let consumer = order_consumer_svc::Application::build(settings).await?;
@@ -152,6 +159,47 @@ impl TestApp {
             .send()
             .await
             .expect("the gateway answers")
+    }
+
+    /// A purchase that must be queued; returns its order token.
+    pub async fn buy_order(&self, user: u64, product: u64) -> String {
+        let response = self.buy(user, product).await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        body(response).await["order_token"]
+            .as_str()
+            .expect("an order token")
+            .to_owned()
+    }
+
+    pub async fn cancel(&self, user: u64, order_token: &str) -> Response {
+        self.client
+            .post(format!(
+                "{}/api/v1/orders/{order_token}/cancel",
+                self.address
+            ))
+            .header("X-User-Id", user.to_string())
+            .send()
+            .await
+            .expect("the gateway answers")
+    }
+
+    /// The payment provider's callback, signed with `secret`.
+    pub async fn notify_payment_signed(&self, body: &Value, secret: &str) -> Response {
+        let raw = serde_json::to_vec(body).unwrap();
+        let signature = domain::WebhookKey::new(secret).sign(&raw);
+        self.client
+            .post(format!("{}/api/v1/payments/notify", self.address))
+            .header("Content-Type", "application/json")
+            .header("X-Signature", signature)
+            .body(raw)
+            .send()
+            .await
+            .expect("the gateway answers")
+    }
+
+    /// The callback as the provider of a local run signs it.
+    pub async fn notify_payment(&self, body: &Value) -> Response {
+        self.notify_payment_signed(body, WEBHOOK_SECRET).await
     }
 
     pub async fn admin_view(&self, product: u64) -> Value {

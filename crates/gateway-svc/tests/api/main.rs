@@ -7,6 +7,7 @@ mod bad_input;
 mod connections;
 mod helpers;
 mod identity;
+mod lifecycle;
 mod observability;
 mod openapi;
 mod purchase;
