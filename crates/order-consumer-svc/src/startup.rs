@@ -54,14 +54,16 @@ impl Application {
         let writer_runtime =
             SideRuntime::new("order-writer", 2).context("cannot start the writer runtime")?;
         let (db, cache) = connect(&settings, consumer.concurrency as usize + 2)?;
-        let writer = Arc::new(OrderWriter::new(
-            db,
-            cache,
-            consumer.batch_size as usize,
-            writer_runtime.handle(),
-            consumer.max_reconsume_times,
-        )
-        .with_payment_window(Duration::from_secs(settings.orders.payment_window_secs)));
+        let writer = Arc::new(
+            OrderWriter::new(
+                db,
+                cache,
+                consumer.batch_size as usize,
+                writer_runtime.handle(),
+                consumer.max_reconsume_times,
+            )
+            .with_payment_window(Duration::from_secs(settings.orders.payment_window_secs)),
+        );
 
         let mq_runtime = MqRuntime::new("order-consumer", MQ_BLOCKING_PARALLELISM)
             .context("cannot start the MQ client")?;

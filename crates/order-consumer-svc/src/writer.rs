@@ -103,8 +103,7 @@ impl OrderWriter {
 
     /// Orders written from now on wait `window` for their payment.
     pub fn with_payment_window(mut self, window: std::time::Duration) -> Self {
-        self.payment_window =
-            chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
+        self.payment_window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
         self
     }
 
