@@ -10,6 +10,9 @@ cache="${SECKILL_CACHE:-${HOME}/.cache/seckill}"
 bin_dir="${BIN_DIR:-${CARGO_TARGET_DIR:-${cache}/target}/release}"
 # Local mode, for reconcile-svc below as for the services (see services.sh).
 export SECKILL_ENV="${SECKILL_ENV:-local}"
+# A payment window of seconds, not the production 15 minutes, so that the abandoned
+# orders expire and their units sell again within the demo.
+export SECKILL_ORDERS__PAYMENT_WINDOW_SECS="${SECKILL_ORDERS__PAYMENT_WINDOW_SECS:-20}"
 
 trap '"${here}/services.sh" stop' EXIT
 trap 'exit 130' INT
@@ -25,9 +28,9 @@ echo "dashboard: deploy/grafana/seckill-sale.json · alerts: deploy/prometheus/a
 
 cd "$repo"
 echo
-echo "== simulated sale: 5000 buyers, 500 units =="
+echo "== simulated sale: 5000 buyers, 500 units; then winners pay, cancel or walk away (window ${SECKILL_ORDERS__PAYMENT_WINDOW_SECS} s), and a second wave buys what came back =="
 sale=0
-"${bin_dir}/sale-sim" --buyers 5000 --stock 500 || sale=$?
+"${bin_dir}/sale-sim" --buyers 5000 --stock 500 --after-sale || sale=$?
 if ((sale != 0)); then
   echo "demo: sale-sim exited with status ${sale}" >&2
 fi
