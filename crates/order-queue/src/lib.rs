@@ -23,6 +23,7 @@
 
 pub mod backlog;
 pub mod batcher;
+mod consumer;
 pub mod error;
 pub mod message;
 mod pace;

@@ -17,11 +17,12 @@ use std::time::Instant;
 
 use domain::{OrderPlaced, OrderToken};
 use rocketmq_client_rust::{
-    DefaultMQProducer, LocalTransactionState, SendStatus, TransactionListener,
-    TransactionMQProducer,
+    ClientRuntime, DefaultMQProducer, LocalTransactionState, SendResult, SendStatus,
+    TransactionListener, TransactionMQProducer,
 };
 use rocketmq_model::common::message::MessageTrait;
 use rocketmq_model::common::message::message_ext::MessageExt;
+use rocketmq_model::common::message::message_single::Message;
 use tokio::sync::RwLock;
 use tracing::{debug, error, info};
 
@@ -162,7 +163,7 @@ struct Inner {
     /// instance, and check-backs must never be routed to a producer without the listener.
     plain_group: String,
     send_timeout_ms: u32,
-    client: Arc<rocketmq_client_rust::ClientRuntime>,
+    client: Arc<ClientRuntime>,
     /// `None` once shut down. Sends hold the read lock, so shutdown waits for them.
     transactional: RwLock<Option<TransactionMQProducer>>,
     plain: RwLock<PlainProducer>,
@@ -303,15 +304,9 @@ impl Inner {
         let PlainProducer::Running(producer) = &*guard else {
             return Err(MqError::ShutDown);
         };
-        let result = producer.send(message).await.map_err(MqError::Send)?;
-        match result {
-            Some(result) if result.send_status == SendStatus::SendOk => {
-                debug!(order_token = %order.order_token, msg_id = ?result.msg_id, "Order re-published.");
-                Ok(())
-            }
-            Some(result) => Err(MqError::NotStored(format!("{:?}", result.send_status))),
-            None => Err(MqError::NotStored("no send result".into())),
-        }
+        let result = send_plain(producer, message).await?;
+        debug!(order_token = %order.order_token, msg_id = ?result.msg_id, "Order re-published.");
+        Ok(())
     }
 
     async fn ensure_plain_started(&self) -> Result<()> {
@@ -322,22 +317,14 @@ impl Inner {
         if !matches!(*guard, PlainProducer::NotStarted) {
             return Ok(());
         }
-        let started = Instant::now();
-        let mut producer = DefaultMQProducer::builder(Arc::clone(&self.client))
-            .producer_group(self.plain_group.as_str())
-            .name_server_addr(self.name_server.as_str())
-            .topics(vec![self.topic.as_str().into()])
-            .send_msg_timeout(self.send_timeout_ms)
-            .build();
-        producer
-            .start()
-            .await
-            .map_err(MqError::client("plain producer start"))?;
-        info!(
-            producer_group = %self.plain_group,
-            elapsed_ms = started.elapsed().as_millis(),
-            "Plain producer started."
-        );
+        let producer = start_plain_producer(
+            Arc::clone(&self.client),
+            &self.plain_group,
+            &self.name_server,
+            &self.topic,
+            self.send_timeout_ms,
+        )
+        .await?;
         *guard = PlainProducer::Running(producer);
         Ok(())
     }
@@ -354,6 +341,46 @@ impl Inner {
             producer.shutdown().await;
             info!("Plain producer shut down.");
         }
+    }
+}
+
+/// Starts a plain (non-transactional) producer in `group` for `topic`. A producer group is
+/// registered once per client instance, so each kind of plain producer has a group of its own.
+pub(crate) async fn start_plain_producer(
+    client: Arc<ClientRuntime>,
+    group: &str,
+    name_server: &str,
+    topic: &str,
+    send_timeout_ms: u32,
+) -> Result<DefaultMQProducer> {
+    let started = Instant::now();
+    let mut producer = DefaultMQProducer::builder(client)
+        .producer_group(group)
+        .name_server_addr(name_server)
+        .topics(vec![topic.into()])
+        .send_msg_timeout(send_timeout_ms)
+        .build();
+    producer
+        .start()
+        .await
+        .map_err(MqError::client("plain producer start"))?;
+    info!(
+        producer_group = group,
+        elapsed_ms = started.elapsed().as_millis(),
+        "Plain producer started."
+    );
+    Ok(producer)
+}
+
+/// Sends `message` plainly; only a `SEND_OK` counts as stored.
+pub(crate) async fn send_plain(
+    producer: &DefaultMQProducer,
+    message: Message,
+) -> Result<SendResult> {
+    match producer.send(message).await.map_err(MqError::Send)? {
+        Some(result) if result.send_status == SendStatus::SendOk => Ok(result),
+        Some(result) => Err(MqError::NotStored(format!("{:?}", result.send_status))),
+        None => Err(MqError::NotStored("no send result".into())),
     }
 }
 
@@ -374,7 +401,6 @@ mod tests {
     use std::sync::Mutex;
 
     use domain::{ProductId, UserId};
-    use rocketmq_model::common::message::message_single::Message;
 
     use super::*;
 

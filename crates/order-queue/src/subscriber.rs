@@ -1,23 +1,22 @@
 //! Receiving committed orders in batches: a clustering push consumer whose concurrently
 //! listener hands each batch to a [`BatchHandler`].
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rocketmq_client_rust::{
     ClientResult, ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, DefaultMQPushConsumer,
-    MQPushConsumer, MessageListenerConcurrently,
+    MessageListenerConcurrently,
 };
-use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_ext::MessageExt;
-use rocketmq_protocol::protocol::heartbeat::message_model::MessageModel;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
-use tracing::{error, info};
 
+use crate::consumer::{
+    PushConsumerSpec, Verdict, consume_guarded, start_push_consumer, stop_push_consumer,
+};
 use crate::pace::{self, BacklogSignal};
-use crate::{Delivery, MqError, MqRuntime, MqSettings, Result};
+use crate::{Delivery, MqRuntime, MqSettings, Result};
 
 /// What to do with a whole batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,11 +57,6 @@ pub struct ConsumerTuning {
     pub linger: Duration,
 }
 
-/// How long shutdown waits for batches already being handled. It matches the blocking pool's
-/// task timeout: no batch can legitimately take longer. The client's default is 0, which
-/// would abandon in-flight batches at once.
-const SHUTDOWN_GRACE_MS: u64 = 30_000;
-
 /// A running consumer; [`OrderSubscriber::shutdown`] stops it.
 pub struct OrderSubscriber {
     /// Shared with the pace task, which sets its pull interval.
@@ -91,42 +85,25 @@ impl OrderSubscriber {
         tuning: ConsumerTuning,
         handler: Arc<dyn BatchHandler>,
     ) -> Result<Self> {
-        let started = Instant::now();
-        let threads = tuning.consume_threads.max(1);
-        let mut consumer = DefaultMQPushConsumer::builder(runtime.client())
-            .consumer_group(settings.consumer_group.as_str())
-            .name_server_addr(settings.name_server.as_str())
-            .message_model(MessageModel::Clustering)
-            .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
-            .consume_message_batch_max_size(tuning.batch_size.max(1))
-            .pull_batch_size(tuning.pull_batch_size.max(1))
-            .consume_thread_min(threads)
-            .consume_thread_max(threads)
-            .max_reconsume_times(tuning.max_reconsume_times)
-            .await_termination_millis_when_shutdown(SHUTDOWN_GRACE_MS)
-            .build();
-        consumer
-            .subscribe(settings.topic.as_str(), settings.tag_expression())
-            .await
-            .map_err(MqError::client("consumer subscribe"))?;
         let backlog = Arc::new(BacklogSignal::new(tuning.batch_size));
-        consumer.register_message_listener_concurrently(BatchListener {
+        let spec = PushConsumerSpec {
+            name_server: &settings.name_server,
+            group: &settings.consumer_group,
+            topic: &settings.topic,
+            tag_expression: settings.tag_expression(),
+            batch_size: tuning.batch_size,
+            pull_batch_size: tuning.pull_batch_size,
+            consume_threads: tuning.consume_threads,
+            max_reconsume_times: tuning.max_reconsume_times,
+        };
+        let listener = BatchListener {
             handler,
             backlog: Arc::clone(&backlog),
-        });
-        consumer
-            .start()
-            .await
-            .map_err(MqError::client("consumer start"))?;
+        };
+        let consumer = start_push_consumer(runtime, &spec, listener).await?;
         let consumer = Arc::new(Mutex::new(consumer));
         let pace = (!tuning.linger.is_zero())
             .then(|| pace::spawn(Arc::clone(&consumer), backlog, tuning.linger));
-        info!(
-            consumer_group = %settings.consumer_group,
-            topic = %settings.topic,
-            elapsed_ms = started.elapsed().as_millis(),
-            "Consumer started."
-        );
         Ok(Self {
             consumer,
             pace,
@@ -134,24 +111,25 @@ impl OrderSubscriber {
         })
     }
 
-    /// Stops the consumer. What the client does, in order: it stops accepting pulled
-    /// messages for handling (batches pulled but not yet started are dropped — their offsets
-    /// were never committed, so the group gets them again later); waits up to 30 s for batches
-    /// already in [`BatchHandler::handle`] to finish and be acknowledged (sent back for retry
-    /// when `RetryLater`); persists the group's consumer offsets to the broker; unregisters
-    /// from the group so the broker rebalances its queues to the remaining members.
-    /// A batch still running after 30 s is abandoned and will be redelivered.
+    /// Stops the consumer: see `consumer::stop_push_consumer` for what the client does. In
+    /// short, a batch already in [`BatchHandler::handle`] gets up to 30 s to finish and be
+    /// acknowledged, the group's offsets are persisted, and whatever was pulled but not yet
+    /// handled is redelivered to the group later.
     pub async fn shutdown(self) {
-        let started = Instant::now();
         if let Some(pace) = self.pace {
             pace.abort();
         }
-        self.consumer.lock().await.shutdown().await;
-        info!(
-            consumer_group = %self.group,
-            elapsed_ms = started.elapsed().as_millis(),
-            "Consumer shut down."
-        );
+        stop_push_consumer(&mut *self.consumer.lock().await, &self.group).await;
+    }
+}
+
+impl Verdict for BatchVerdict {
+    fn retry_later() -> Self {
+        Self::RetryLater
+    }
+
+    fn is_done(&self) -> bool {
+        *self == Self::Done
     }
 }
 
@@ -171,20 +149,7 @@ impl MessageListenerConcurrently for BatchListener {
             .iter()
             .map(|message| Delivery::from_ext(message))
             .collect();
-        // Caught here rather than left to the client so the log names the batch.
-        let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| self.handler.handle(&batch)))
-            .unwrap_or_else(|_| {
-                let msg_ids: Vec<&str> = batch.iter().map(|d| d.msg_id.as_str()).collect();
-                error!(
-                    ?msg_ids,
-                    "Batch handler panicked; the batch will be redelivered."
-                );
-                BatchVerdict::RetryLater
-            });
-        Ok(match verdict {
-            BatchVerdict::Done => ConsumeConcurrentlyStatus::ConsumeSuccess,
-            BatchVerdict::RetryLater => ConsumeConcurrentlyStatus::ReconsumeLater,
-        })
+        Ok(consume_guarded(&batch, || self.handler.handle(&batch)))
     }
 }
 

@@ -1,4 +1,4 @@
-//! Creating the order topic at start-up, so that its queue count is ours rather than the
+//! Creating the order and deadline topics at start-up, so that its queue count is ours rather than the
 //! broker's auto-create default, and so consumers find a route before the first order.
 
 use std::collections::HashMap;
@@ -28,6 +28,15 @@ const ROUTE_POLL: Duration = Duration::from_millis(100);
 /// rocketmq-rust); where they do not, create the topic with the admin tool and this only
 /// confirms that it exists.
 pub async fn ensure_topic(runtime: &MqRuntime, settings: &MqSettings) -> Result<()> {
+    ensure_named_topic(runtime, settings, &settings.topic).await
+}
+
+/// [`ensure_topic`] for another topic of ours (the deadline topic), created alike.
+pub(crate) async fn ensure_named_topic(
+    runtime: &MqRuntime,
+    settings: &MqSettings,
+    topic: &str,
+) -> Result<()> {
     // A producer group is registered once per client instance: a fresh name per call keeps
     // concurrent calls on one runtime apart. It lives only as long as this call.
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -45,27 +54,26 @@ pub async fn ensure_topic(runtime: &MqRuntime, settings: &MqSettings) -> Result<
         .start()
         .await
         .map_err(MqError::client("topic admin producer start"))?;
-    let result = ensure_with(&mut admin, settings).await;
+    let result = ensure_with(&mut admin, topic, settings.queue_count).await;
     admin.shutdown().await;
     result
 }
 
-async fn ensure_with(admin: &mut DefaultMQProducer, settings: &MqSettings) -> Result<()> {
-    let topic = settings.topic.as_str();
+async fn ensure_with(admin: &mut DefaultMQProducer, topic: &str, queue_count: u32) -> Result<()> {
     if let Ok(queues) = admin.fetch_publish_message_queues(topic).await
         && !queues.is_empty()
     {
-        if queues.len() != settings.queue_count as usize {
+        if queues.len() != queue_count as usize {
             warn!(
                 topic,
                 existing = queues.len(),
-                configured = settings.queue_count,
+                configured = queue_count,
                 "Topic exists with another queue count; leaving it as it is."
             );
         }
         return Ok(());
     }
-    let queue_count = i32::try_from(settings.queue_count.max(1)).unwrap_or(i32::MAX);
+    let queue_count = i32::try_from(queue_count.max(1)).unwrap_or(i32::MAX);
     admin
         .create_topic(TEMPLATE_TOPIC, topic, queue_count, HashMap::new())
         .await
