@@ -11,7 +11,9 @@
 //! [`publisher`] holds [`OrderPublisher`] and the transaction listener adapter; [`subscriber`]
 //! holds [`OrderSubscriber`]; [`batcher`] sends several winners of one product under one
 //! transactional message ([`OrderBatcher`]); [`topic`] creates the topic at start-up; [`backlog`] counts the
-//! messages the consumers have still to write; [`error`] is [`MqError`].
+//! messages the consumers have still to write; [`deadline`] carries each order's payment
+//! deadline on the broker's timer ([`DeadlinePublisher`], [`DeadlineSubscriber`]); [`error`]
+//! is [`MqError`].
 //!
 //! The client calls listeners **synchronously on its blocking pool** (not on an async worker),
 //! which is why [`LocalTransaction`] and [`BatchHandler`] are plain `fn`s: an implementation
@@ -24,6 +26,7 @@
 pub mod backlog;
 pub mod batcher;
 mod consumer;
+pub mod deadline;
 pub mod error;
 pub mod message;
 mod pace;
@@ -35,6 +38,10 @@ pub mod topic;
 
 pub use backlog::OrderBacklog;
 pub use batcher::{BatchTuning, BatchedSend, OrderBatcher, SendFailed};
+pub use deadline::{
+    Deadline, DeadlineDecodeError, DeadlineHandler, DeadlinePublisher, DeadlineSubscriber,
+    DeadlineTuning, Due,
+};
 pub use error::MqError;
 pub use message::{Delivery, TRACEPARENT_PROPERTY};
 pub use publisher::{LocalTransaction, OrderPublisher, TxDecision};

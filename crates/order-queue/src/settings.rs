@@ -21,6 +21,21 @@ pub struct MqSettings {
     /// Read and write queues of the topic when [`crate::ensure_topic`] creates it; the ceiling
     /// on consumer parallelism.
     pub queue_count: u32,
+    /// The topic of the payment deadlines ([`crate::deadline`]). Defaulted, so configuration
+    /// written before deadlines existed still loads.
+    #[serde(default = "default_deadline_topic")]
+    pub deadline_topic: String,
+    /// Clustering consumer group that receives the deadlines when they fall due.
+    #[serde(default = "default_deadline_consumer_group")]
+    pub deadline_consumer_group: String,
+}
+
+fn default_deadline_topic() -> String {
+    "seckill-deadline".into()
+}
+
+fn default_deadline_consumer_group() -> String {
+    "seckill-deadline-expirer".into()
 }
 
 impl MqSettings {
@@ -50,6 +65,8 @@ mod tests {
             consumer_group: "c".into(),
             send_timeout_ms: u64::MAX,
             queue_count: 4,
+            deadline_topic: default_deadline_topic(),
+            deadline_consumer_group: default_deadline_consumer_group(),
         }
     }
 
@@ -62,5 +79,16 @@ mod tests {
     #[test]
     fn a_huge_send_timeout_is_capped() {
         assert_eq!(settings("order").send_timeout_ms_u32(), u32::MAX);
+    }
+
+    #[test]
+    fn settings_written_before_deadlines_existed_still_load() {
+        let settings: MqSettings = serde_json::from_str(
+            r#"{"name_server":"n:1","topic":"t","tag":"order","producer_group":"p",
+                "consumer_group":"c","send_timeout_ms":1,"queue_count":4}"#,
+        )
+        .unwrap();
+        assert_eq!(settings.deadline_topic, "seckill-deadline");
+        assert_eq!(settings.deadline_consumer_group, "seckill-deadline-expirer");
     }
 }

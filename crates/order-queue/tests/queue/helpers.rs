@@ -28,6 +28,8 @@ pub fn settings(test: &str) -> MqSettings {
         consumer_group: format!("oq-c-{suffix}"),
         send_timeout_ms: 5_000,
         queue_count: 4,
+        deadline_topic: format!("oq-deadline-{suffix}"),
+        deadline_consumer_group: format!("oq-e-{suffix}"),
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod backlog;
 mod batcher;
+mod deadline;
 mod helpers;
 mod lifecycle;
 mod pace;
