@@ -272,6 +272,19 @@ pub struct OrderPageRow {
     pub has_release: bool,
 }
 
+/// A paid order whose stock a RELEASE row gave back: the buyer paid for units the stock
+/// sells again. Reconcile reports it; a person decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleasedPaidOrder {
+    /// The keyset cursor, as for [`OrderPageRow::id`].
+    pub id: u64,
+    /// Kept as text, as in [`OrderPageRow`].
+    pub order_token: String,
+    pub quantity: u32,
+    /// The units the RELEASE row gave back (positive).
+    pub released: i64,
+}
+
 /// `reconcile_run.status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunStatus {

@@ -96,7 +96,7 @@ pub const SERIES: &[(&str, &str)] = &[
     ("seckill_expiry_lag_seconds", "From an order's pay_by to its expiry by this consumer's expirer (on its deadline message): how late unpaid orders give their units back."),
     // reconcile-svc
     ("seckill_reconcile_runs_total", "Reconcile runs, by final status (clean, repaired, unresolved, failed)."),
-    ("seckill_reconcile_discrepancies_total", "Discrepancies found, by kind (missing_order, stock_not_deducted, orphan_order, redis_drift, mysql_drift)."),
+    ("seckill_reconcile_discrepancies_total", "Discrepancies found, by kind (missing_order, stock_not_deducted, orphan_order, redis_drift, mysql_drift, overdue_unexpired, unit_not_returned, returned_while_open, paid_but_released)."),
     ("seckill_reconcile_repairs_total", "What was done about each discrepancy, by action and outcome."),
     ("seckill_reconcile_unresolved", "Discrepancies the last run left for a person."),
     ("seckill_reconcile_drift_units", "Stock drift per product and store found by the last run (0: the totals add up)."),

@@ -1,4 +1,11 @@
-//! One reconcile run: per product, Redis flows ⇄ MySQL orders ⇄ stock_flow ⇄ totals.
+//! One reconcile run: per product, Redis flows ⇄ MySQL orders ⇄ stock_flow ⇄ totals, and
+//! how orders ended in each store.
+//!
+//! After the purchase MySQL decides how an order ends and Redis follows
+//! (`order_lifecycle`): reconcile expires the confirmed orders whose deadline message was
+//! lost, gives back in Redis the units of orders MySQL closed, and reports what only a
+//! person can settle (Redis gave back units MySQL holds sold; MySQL gave back a paid
+//! order's stock). Refunds due are listed, not judged: they are money, not stock.
 //!
 //! Memory stays bounded: flows are read a page at a time (HSCAN) and checked against MySQL
 //! with one batched IN query per page; orders are paged by id and checked against Redis
@@ -20,16 +27,18 @@ use std::time::Duration;
 
 use chrono::{SecondsFormat, Utc};
 use domain::reconcile::{DiscrepancyKind, FlowFact, TokenFacts, classify, drift};
-use domain::{FlowRecord, FlowState, OrderPlaced, OrderToken, ProductId};
+use domain::{Closing, FlowRecord, FlowState, OrderPlaced, OrderToken, ProductId};
+use futures::future::join_all;
+use order_lifecycle::{Ending, closing_of};
 use order_queue::OrderPublisher;
-use order_store::{Db, DiscrepancyRecord, OrderFacts, RunStatus, UnwritableOrderRow};
+use order_store::{Db, DiscrepancyRecord, OrderFacts, OrderPageRow, RunStatus, UnwritableOrderRow};
 use platform::telemetry::{ORDER_TOKEN_ATTRIBUTE, annotate};
-use stock_cache::{ReleaseOutcome, StockCache};
+use stock_cache::{ReleaseOutcome, ReturnOutcome, StockCache};
 use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::lease::{Lease, renewed_while};
-use crate::report::{Action, Finding, Outcome, ProductReport, Report};
+use crate::report::{Action, Finding, LISTED_REFUNDS, Outcome, ProductReport, RefundDue, Report};
 use crate::room::MysqlRoom;
 
 /// What to do with a missing order.
@@ -73,6 +82,9 @@ pub struct Auditor {
     pub cache: StockCache,
     pub publisher: Arc<OrderPublisher>,
     pub grace: Duration,
+    /// How long past its `pay_by` a confirmed order waits for its deadline message before
+    /// reconcile expires it (`orders.expiry_grace_secs`).
+    pub expiry_grace: Duration,
     pub scan_batch: usize,
     /// Who holds the lease: host and pid, for the operator who finds it taken.
     pub holder: String,
@@ -118,6 +130,9 @@ struct FlowScan {
     /// Units of the flows still within the grace window without an order: on their way to
     /// MySQL, they will take its stock before anything re-published now.
     in_flight_units: i64,
+    /// Flows of orders MySQL cancelled or expired, each once: their units go back in Redis
+    /// after the scan, as the missing orders are settled.
+    unreturned: Vec<(OrderToken, FlowRecord, Closing)>,
 }
 
 impl Auditor {
@@ -233,9 +248,11 @@ impl Auditor {
         }
     }
 
-    /// One product, in steps: every flow against MySQL, the missing orders settled, every
-    /// order against Redis, then the totals of each store. The lease is checked between
-    /// steps (and pages): a run that lost it stops there.
+    /// One product, in steps: the overdue orders expired, every flow against MySQL, the
+    /// missing orders settled and the closed orders' units returned, every order against
+    /// Redis, the paid orders MySQL gave back, then the totals of each store and how the
+    /// orders ended. The lease is checked between steps (and pages): a run that lost it
+    /// stops there.
     async fn audit_product(
         &self,
         product: ProductId,
@@ -252,32 +269,40 @@ impl Auditor {
             initial_stock: row.initial_stock,
             ..ProductReport::default()
         };
+        // First, so that the scans and the totals below see them ended and returned.
+        self.expire_overdue(product, lease, findings).await?;
         // Redis stock before the scan: if it moves during the scan (buyers, releases other
         // than ours), the scanned flows and the stock are from different moments.
         let redis_stock_before = self.cache.stock(product).await?;
-        let scan = self
+        let mut scan = self
             .scan_flows(product, lease, &mut report, findings)
             .await?;
         lease.check()?;
         let matched_orders = scan.matched_orders;
+        let unreturned = std::mem::take(&mut scan.unreturned);
         let restored_units = self
             .settle_missing(product, policy, scan, lease, &mut report, findings)
             .await?;
+        let returned_units = self
+            .return_closed(unreturned, lease, &mut report, findings)
+            .await?;
         self.scan_orders(product, matched_orders, lease, &mut report, findings)
             .await?;
+        self.find_paid_released(product, lease, findings).await?;
         lease.check()?;
 
         // Totals, read after the repairs above.
         self.judge_redis(
             product,
             meta.map(|m| m.initial_stock),
-            redis_stock_before.map(|s| s + restored_units),
+            redis_stock_before.map(|s| s + restored_units + returned_units),
             &mut report,
             findings,
         )
         .await?;
         self.judge_mysql(product, row.initial_stock, &mut report, findings)
             .await?;
+        self.count_endings(product, &mut report).await?;
         report.found = count_by_kind(findings);
         Ok(Some(report))
     }
@@ -324,8 +349,13 @@ impl Auditor {
                     Some(DiscrepancyKind::MissingOrder) if collected.insert(token.clone()) => {
                         scan.missing.push((token.clone(), flow.clone()));
                     }
+                    Some(DiscrepancyKind::UnitNotReturned) if collected.insert(token.clone()) => {
+                        if let Some(closing) = order.and_then(|o| closing_of(o.status)) {
+                            scan.unreturned.push((token.clone(), flow.clone(), closing));
+                        }
+                    }
                     // Seen before on an earlier page of the scan.
-                    Some(DiscrepancyKind::MissingOrder) => {}
+                    Some(DiscrepancyKind::MissingOrder | DiscrepancyKind::UnitNotReturned) => {}
                     Some(DiscrepancyKind::StockNotDeducted) => {
                         findings.push(
                             traced_repair(
@@ -401,6 +431,148 @@ impl Auditor {
         Ok(restored_units)
     }
 
+    /// Confirmed orders past their `pay_by` by more than the expiry grace, expired the way
+    /// their deadline message would have (`order_lifecycle::close`, which also counts them
+    /// in `seckill_orders_ended_total`): their units back in MySQL, then in Redis. A page
+    /// at a time, the most overdue first, until a page brings no order not seen before:
+    /// an expiry that failed (or a dry run, which expires nothing) leaves its orders on
+    /// the first page, and they are not tried twice in a run.
+    async fn expire_overdue(
+        &self,
+        product: ProductId,
+        lease: &Lease<'_>,
+        findings: &mut Vec<Finding>,
+    ) -> anyhow::Result<()> {
+        let limit = i64::try_from(self.scan_batch).unwrap_or(i64::MAX);
+        let mut seen = HashSet::new();
+        loop {
+            lease.check()?;
+            let page = self
+                .db
+                .overdue_orders(product, self.expiry_grace, limit)
+                .await?;
+            let last_page = i64::try_from(page.len()).unwrap_or(i64::MAX) < limit;
+            let fresh: Vec<OrderToken> = page
+                .into_iter()
+                .filter(|t| seen.insert(t.clone()))
+                .collect();
+            if fresh.is_empty() {
+                return Ok(());
+            }
+            for token in &fresh {
+                let expiry = self.expire(token);
+                findings
+                    .push(traced_repair(token, DiscrepancyKind::OverdueUnexpired, expiry).await);
+            }
+            if last_page {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn expire(&self, token: &OrderToken) -> Finding {
+        let finding = |outcome, detail: String| Finding {
+            product_id: token.product_id().get(),
+            kind: DiscrepancyKind::OverdueUnexpired,
+            order_token: Some(token.to_string()),
+            action: Action::Expire,
+            outcome,
+            detail,
+        };
+        if self.dry_run {
+            return finding(
+                Outcome::WouldRepair,
+                "would expire it and give its units back".into(),
+            );
+        }
+        match order_lifecycle::close(&self.db, &self.cache, token, Closing::Expired).await {
+            Ok(Ending::Now(_)) => {
+                tracing::info!(order = %token.short(), "Overdue order expired; its deadline never came.");
+                finding(
+                    Outcome::Repaired,
+                    "expired past its pay_by: units back in MySQL, then in Redis".into(),
+                )
+            }
+            Ok(Ending::Before(row)) => finding(
+                Outcome::AlreadySettled,
+                format!("it ended meanwhile, as {}", row.status),
+            ),
+            Ok(Ending::NotDue(_)) => finding(
+                Outcome::AlreadySettled,
+                "not past its pay_by by MySQL's clock".into(),
+            ),
+            Ok(Ending::Unknown) => finding(Outcome::AlreadySettled, "the order is gone".into()),
+            Err(error) => finding(Outcome::Unresolved, format!("expiry failed: {error}")),
+        }
+    }
+
+    /// The units of pass 1's flows whose orders MySQL closed, given back in Redis, as the
+    /// live path would have after its MySQL step. Returns the units given back.
+    async fn return_closed(
+        &self,
+        unreturned: Vec<(OrderToken, FlowRecord, Closing)>,
+        lease: &Lease<'_>,
+        report: &mut ProductReport,
+        findings: &mut Vec<Finding>,
+    ) -> anyhow::Result<i64> {
+        let mut returned_units = 0;
+        for (token, flow, closing) in &unreturned {
+            lease.check()?;
+            let repair = self.return_units(token, *closing);
+            let finding = traced_repair(token, DiscrepancyKind::UnitNotReturned, repair).await;
+            if (finding.action, finding.outcome) == (Action::Return, Outcome::Repaired) {
+                // As for a restore: the flow is gone and its units are back in stock.
+                report.flows -= 1;
+                report.flow_units -= i64::from(flow.quantity);
+                returned_units += i64::from(flow.quantity);
+            }
+            findings.push(finding);
+        }
+        Ok(returned_units)
+    }
+
+    /// `return_units.lua` for an order MySQL closed as `closing`: it returns the units at
+    /// most once, so a live path returning them at the same moment cannot double them.
+    async fn return_units(&self, token: &OrderToken, closing: Closing) -> Finding {
+        let finding = |outcome, detail: String| Finding {
+            product_id: token.product_id().get(),
+            kind: DiscrepancyKind::UnitNotReturned,
+            order_token: Some(token.to_string()),
+            action: Action::Return,
+            outcome,
+            detail,
+        };
+        if self.dry_run {
+            return finding(
+                Outcome::WouldRepair,
+                format!("{closing} in MySQL: would give its units back in Redis"),
+            );
+        }
+        match self.cache.return_units(token, closing).await {
+            Ok(ReturnOutcome::Returned) => {
+                metrics::counter!("seckill_units_returned_total", "why" => closing.as_str())
+                    .increment(1);
+                finding(
+                    Outcome::Repaired,
+                    format!("{closing} in MySQL: units back on sale in Redis"),
+                )
+            }
+            Ok(ReturnOutcome::AlreadyReturned) => finding(
+                Outcome::AlreadySettled,
+                "returned meanwhile by the live path".into(),
+            ),
+            Ok(ReturnOutcome::NotHeld) => finding(
+                Outcome::AlreadySettled,
+                "the flow was gone, given back otherwise".into(),
+            ),
+            Ok(ReturnOutcome::NotLoaded) => finding(
+                Outcome::Unresolved,
+                "Redis lost the product: a reload restores it from MySQL".into(),
+            ),
+            Err(error) => finding(Outcome::Unresolved, format!("return failed: {error}")),
+        }
+    }
+
     fn grace_ms(&self) -> i64 {
         i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX)
     }
@@ -417,7 +589,9 @@ impl Auditor {
 
     /// Pass 2: every order against Redis, for the orders that have no flow. Skipped when
     /// pass 1 matched every order to a flow: then there is no orphan to find. An order
-    /// without a flow is reported, never deducted (see [`classify`]).
+    /// without a flow is reported, never deducted (see [`classify`]): an orphan if Redis
+    /// never held it, `returned_while_open` if Redis gave its units back while MySQL holds
+    /// it open or paid. Closed orders have no flow by design and are skipped.
     async fn scan_orders(
         &self,
         product: ProductId,
@@ -442,6 +616,7 @@ impl Auditor {
             after_id = last.id;
             let tokens: Vec<String> = page.iter().map(|o| o.order_token.clone()).collect();
             let has_flow = self.cache.flows_exist(product, &tokens).await?;
+            let mut flowless = Vec::new();
             for (order, has_flow) in page.iter().zip(has_flow) {
                 report.orders += 1;
                 if has_flow {
@@ -454,27 +629,119 @@ impl Auditor {
                     continue;
                 }
                 report.ordered_units += i64::from(order.quantity);
+                flowless.push(order);
+            }
+            let returned = self.returned_in_redis(&flowless).await?;
+            let now_ms = Utc::now().timestamp_millis();
+            for (order, returned_in_redis) in flowless.into_iter().zip(returned) {
                 let facts = TokenFacts {
                     flow: None,
-                    has_order: true,
+                    order: Some(order.status),
                     has_stock_flow: order.has_stock_flow,
+                    returned_in_redis,
                 };
-                let now_ms = Utc::now().timestamp_millis();
                 if let Some(kind) = classify(facts, now_ms, self.grace_ms()) {
-                    let detail = if order.has_stock_flow {
-                        "no flow in Redis"
-                    } else {
-                        "no flow in Redis and no stock_flow: nothing deducted for it, and \
-                         nothing is (Redis never reserved its unit)"
-                    };
-                    findings.push(reported(product, kind, Some(&order.order_token), detail));
+                    let detail = flowless_detail(order, returned_in_redis);
+                    findings.push(reported(product, kind, Some(&order.order_token), &detail));
                 }
             }
         }
     }
 
+    /// Why each of these orders has no flow, as Redis's tombstones tell it: the closing
+    /// whose return tombstoned it, if any. One read per order, a page's all at once on the
+    /// shared connection; only orders without a flow are asked, which a healthy sale has
+    /// none of.
+    async fn returned_in_redis(
+        &self,
+        orders: &[&OrderPageRow],
+    ) -> anyhow::Result<Vec<Option<Closing>>> {
+        let reads = orders.iter().map(|order| async move {
+            // A token MySQL holds that does not parse names nothing Redis could hold.
+            let Ok(token) = order.order_token.parse::<OrderToken>() else {
+                return Ok(None);
+            };
+            let view = self.cache.order_view(&token).await?;
+            Ok::<_, stock_cache::CacheError>(view.tombstone.and_then(|tomb| tomb.closing()))
+        });
+        let closings: Result<Vec<_>, _> = join_all(reads).await.into_iter().collect();
+        Ok(closings?)
+    }
+
+    /// Paid orders whose stock a RELEASE row gave back in MySQL, a page at a time: the
+    /// buyer paid for units the stock sells again. Reported, never repaired: undoing the
+    /// release could take a unit already sold to someone else, and refunding the buyer is
+    /// a person's call.
+    async fn find_paid_released(
+        &self,
+        product: ProductId,
+        lease: &Lease<'_>,
+        findings: &mut Vec<Finding>,
+    ) -> anyhow::Result<()> {
+        let limit = u32::try_from(self.scan_batch).unwrap_or(u32::MAX);
+        let mut after_id = 0;
+        loop {
+            lease.check()?;
+            let page = self
+                .db
+                .paid_orders_released(product, after_id, limit)
+                .await?;
+            let Some(last) = page.last() else {
+                return Ok(());
+            };
+            after_id = last.id;
+            for order in &page {
+                tracing::error!(order = %order.order_token, units = order.released, "A paid order's stock was given back in MySQL.");
+                let detail = format!(
+                    "paid, yet a RELEASE gave its {} unit(s) back to the MySQL stock: they \
+                     can be sold twice",
+                    order.released
+                );
+                findings.push(reported(
+                    product,
+                    DiscrepancyKind::PaidButReleased,
+                    Some(&order.order_token),
+                    &detail,
+                ));
+            }
+        }
+    }
+
+    /// How the product's orders ended, and the refunds it owes (listed for a person, not
+    /// judged: a payment after an order ended is money to give back, not a fault of the
+    /// stores). Sets `seckill_refunds_due{product_id}`.
+    async fn count_endings(
+        &self,
+        product: ProductId,
+        report: &mut ProductReport,
+    ) -> anyhow::Result<()> {
+        let counts = self.db.lifecycle_counts(product).await?;
+        report.paid_orders = counts.paid_orders;
+        report.paid_units = counts.paid_units;
+        report.returned_units = counts.returned_units;
+        report.refunds_due = counts.refunds_due;
+        metrics::gauge!("seckill_refunds_due", "product_id" => product.get().to_string())
+            .set(counts.refunds_due as f64);
+        if counts.refunds_due > 0 {
+            let refunds = self.db.refunds_due(product).await?;
+            report.refunds = refunds
+                .into_iter()
+                .take(LISTED_REFUNDS)
+                .map(|r| RefundDue {
+                    payment_id: r.payment_id,
+                    order_token: r.order_token.to_string(),
+                    amount_cents: r.amount_cents,
+                    paid_at: r.paid_at.to_rfc3339_opts(SecondsFormat::Millis, true),
+                })
+                .collect();
+        }
+        Ok(())
+    }
+
     /// Redis stock + units in flows = initial, when the stock did not move during the scan
-    /// (`expected_stock`: the stock before the scan, plus what restore gave back).
+    /// (`expected_stock`: the stock before the scan, plus what restore and the returns of
+    /// closed orders gave back). A returned order's flow left the hash: only open flows
+    /// count.
     async fn judge_redis(
         &self,
         product: ProductId,
@@ -511,7 +778,8 @@ impl Auditor {
         Ok(())
     }
 
-    /// MySQL stock + units ordered = initial, both read in one statement.
+    /// MySQL stock + units ordered = initial, both read in one statement. Cancelled and
+    /// expired orders are not ordered units: their RELEASE put them back in the stock.
     async fn judge_mysql(
         &self,
         product: ProductId,
@@ -817,8 +1085,10 @@ fn judge_flow(
             reserved_at_ms: flow.reserved_at_ms,
             state: flow.state,
         }),
-        has_order: order.is_some(),
+        order: order.map(|o| o.status),
         has_stock_flow: order.is_some_and(|o| o.has_stock_flow),
+        // A flow is still there: Redis has not returned it.
+        returned_in_redis: None,
     };
     classify(facts, now_ms, grace_ms)
 }
@@ -840,6 +1110,20 @@ fn drift_gauge(product: ProductId, store: &'static str, gap: Option<i64>) {
         "store" => store
     )
     .set(gap.unwrap_or(0) as f64);
+}
+
+/// What a person reads of an order without a flow.
+fn flowless_detail(order: &OrderPageRow, returned_in_redis: Option<Closing>) -> String {
+    match (returned_in_redis, order.has_stock_flow) {
+        (Some(closing), _) => format!(
+            "{} in MySQL, but Redis gave its units back as {closing}: they can be sold twice",
+            order.status
+        ),
+        (None, true) => "no flow in Redis".to_owned(),
+        (None, false) => "no flow in Redis and no stock_flow: nothing deducted for it, and \
+                          nothing is (Redis never reserved its unit)"
+            .to_owned(),
+    }
 }
 
 fn reported(

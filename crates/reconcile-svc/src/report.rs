@@ -13,6 +13,10 @@ use serde::{Deserialize, Serialize};
 /// "Broken pipe" at its very end, after all its repairs.
 pub const LISTED_DISCREPANCIES: usize = 1_000;
 
+/// The most refunds due a product's report lists, for the same reason; its `refunds_due`
+/// counts them all, and `payments` holds every one (outcome `refund_due`).
+pub const LISTED_REFUNDS: usize = 1_000;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub run_id: u64,
@@ -48,7 +52,32 @@ pub struct ProductReport {
     /// was not judged this run.
     #[serde(default)]
     pub redis_live: bool,
+    /// Paid orders and their units: sold for good.
+    #[serde(default)]
+    pub paid_orders: i64,
+    #[serde(default)]
+    pub paid_units: i64,
+    /// Units of cancelled and expired orders, back in the stock (and on sale again).
+    #[serde(default)]
+    pub returned_units: i64,
+    /// Payments that came for an order already ended: money to give back. Not a
+    /// discrepancy (nothing is wrong with the stores), listed for a person to refund.
+    #[serde(default)]
+    pub refunds_due: i64,
+    /// The first [`LISTED_REFUNDS`] of them, the oldest first.
+    #[serde(default)]
+    pub refunds: Vec<RefundDue>,
     pub found: BTreeMap<String, u64>,
+}
+
+/// A payment to give back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundDue {
+    pub payment_id: String,
+    pub order_token: String,
+    pub amount_cents: u64,
+    /// When the provider took the money (RFC 3339).
+    pub paid_at: String,
 }
 
 /// One discrepancy and what was done about it.
@@ -68,6 +97,10 @@ pub enum Action {
     Republish,
     Restore,
     Deduct,
+    /// An overdue order ended as expired, in MySQL and then in Redis.
+    Expire,
+    /// The units of an order MySQL closed given back in Redis.
+    Return,
     Report,
 }
 
@@ -89,6 +122,8 @@ impl Action {
             Self::Republish => "republish",
             Self::Restore => "restore",
             Self::Deduct => "deduct",
+            Self::Expire => "expire",
+            Self::Return => "return",
             Self::Report => "report",
         }
     }
@@ -149,8 +184,17 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "{:>10} {:>8} {:>8} {:>8} {:>7} {:>7} {:>9}  discrepancies",
-            "product", "initial", "redis", "mysql", "flows", "orders", "in-flight"
+            "{:>10} {:>8} {:>8} {:>8} {:>7} {:>7} {:>9} {:>6} {:>8} {:>7}  discrepancies",
+            "product",
+            "initial",
+            "redis",
+            "mysql",
+            "flows",
+            "orders",
+            "in-flight",
+            "paid",
+            "returned",
+            "refunds"
         );
         let show = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
         for p in &self.products {
@@ -165,16 +209,20 @@ impl Report {
             };
             let _ = writeln!(
                 out,
-                "{:>10} {:>8} {:>8} {:>8} {:>7} {:>7} {:>9}  {found}",
+                "{:>10} {:>8} {:>8} {:>8} {:>7} {:>7} {:>9} {:>6} {:>8} {:>7}  {found}",
                 p.product_id,
                 p.initial_stock,
                 show(p.redis_stock),
                 show(p.mysql_stock),
                 p.flows,
                 p.orders,
-                p.in_flight
+                p.in_flight,
+                p.paid_units,
+                p.returned_units,
+                p.refunds_due
             );
         }
+        self.refunds_table(&mut out);
         if !self.discrepancies.is_empty() {
             let _ = writeln!(
                 out,
@@ -208,6 +256,40 @@ impl Report {
             self.unresolved()
         );
         out
+    }
+
+    /// The refunds due, by product: not discrepancies, so apart from them.
+    fn refunds_table(&self, out: &mut String) {
+        let due: Vec<_> = self.products.iter().filter(|p| p.refunds_due > 0).collect();
+        if due.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\nrefunds due (payments for orders already ended: money to give back)"
+        );
+        let _ = writeln!(
+            out,
+            "{:>10} {:<40} {:<44} {:>12} paid at",
+            "product", "payment id", "order token", "cents"
+        );
+        for p in due {
+            for r in &p.refunds {
+                let _ = writeln!(
+                    out,
+                    "{:>10} {:<40} {:<44} {:>12} {}",
+                    p.product_id, r.payment_id, r.order_token, r.amount_cents, r.paid_at
+                );
+            }
+            let unlisted = p.refunds_due - p.refunds.len() as i64;
+            if unlisted > 0 {
+                let _ = writeln!(
+                    out,
+                    "{:>10} … and {unlisted} more, in payments (outcome refund_due)",
+                    p.product_id
+                );
+            }
+        }
     }
 }
 
@@ -245,5 +327,26 @@ mod tests {
             table.contains("1500 discrepancies, 500 unresolved"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn refunds_due_are_listed_apart_from_the_discrepancies() {
+        let mut report = Report::new(1, "republish", "now".into());
+        report.products.push(ProductReport {
+            product_id: 7,
+            refunds_due: 2,
+            refunds: vec![RefundDue {
+                payment_id: "pay-late-1".into(),
+                order_token: "7-0000".into(),
+                amount_cents: 1999,
+                paid_at: "2024-05-01T10:00:00.000Z".into(),
+            }],
+            ..ProductReport::default()
+        });
+        let table = report.to_table();
+        assert!(table.contains("refunds due"), "{table}");
+        assert!(table.contains("pay-late-1"), "{table}");
+        assert!(table.contains("… and 1 more"), "{table}");
+        assert!(table.contains("0 discrepancies, 0 unresolved"), "{table}");
     }
 }

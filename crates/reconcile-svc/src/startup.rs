@@ -89,6 +89,7 @@ impl Application {
             cache,
             publisher,
             grace: Duration::from_secs(settings.reconcile.grace_secs),
+            expiry_grace: Duration::from_secs(settings.orders.expiry_grace_secs),
             scan_batch: settings.reconcile.scan_batch.max(1),
             holder,
             lease_ttl: Duration::from_secs(settings.reconcile.lease_secs.max(1)),

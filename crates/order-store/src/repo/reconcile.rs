@@ -7,7 +7,7 @@ use diesel::dsl::sql;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Unsigned};
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
-use domain::{OrderToken, ProductId, UserId};
+use domain::{OrderStatus, OrderToken, ProductId, UserId};
 
 use super::orders::take_stock;
 use super::{CHUNK, HOLDS_UNITS, count_star};
@@ -15,8 +15,8 @@ use crate::db::Db;
 use crate::error::{Result, StoreError};
 use crate::models::{
     DiscrepancyRecord, DiscrepancyRow, NewDiscrepancy, NewStockFlow, OrderFacts, OrderPageRow,
-    RawDiscrepancy, RawRun, RawUnwritableOrder, RunRow, RunStatus, StockOp, UnwritableOrderRow,
-    parse_status, truncate_chars,
+    RawDiscrepancy, RawRun, RawUnwritableOrder, ReleasedPaidOrder, RunRow, RunStatus, StockOp,
+    UnwritableOrderRow, parse_status, truncate_chars,
 };
 use crate::schema::{orders, reconcile_discrepancy, reconcile_run, stock_flow, unwritable_order};
 
@@ -165,6 +165,48 @@ impl Db {
                 },
             )
             .collect()
+    }
+
+    /// Up to `limit` paid orders of `product` with `id > after_id` that a RELEASE row gave
+    /// their stock back, in id order (keyset pagination, as [`Db::orders_page`]). Only a
+    /// cancel or an expiry writes a RELEASE, in the transaction that ends the order, so a
+    /// paid one should never have it. Read on its own rather than from the pages of every
+    /// order: those are read only when some order has no flow.
+    pub async fn paid_orders_released(
+        &self,
+        product: ProductId,
+        after_id: u64,
+        limit: u32,
+    ) -> Result<Vec<ReleasedPaidOrder>> {
+        let mut conn = self.conn().await?;
+        let rows = orders::table
+            .inner_join(
+                stock_flow::table.on(stock_flow::order_token
+                    .eq(orders::order_token)
+                    .and(stock_flow::gives_back.eq(true))),
+            )
+            .filter(orders::product_id.eq(product.get()))
+            .filter(orders::status.eq(OrderStatus::Paid.as_str()))
+            .filter(orders::id.gt(after_id))
+            .order(orders::id.asc())
+            .limit(i64::from(limit))
+            .select((
+                orders::id,
+                orders::order_token,
+                orders::quantity,
+                stock_flow::quantity,
+            ))
+            .load::<(u64, String, u32, i32)>(&mut conn)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, order_token, quantity, released)| ReleasedPaidOrder {
+                id,
+                order_token,
+                quantity,
+                released: -i64::from(released),
+            })
+            .collect())
     }
 
     /// Net units that `stock_flow` took from the product's stock (releases count negative).

@@ -1,9 +1,12 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use deadpool_redis::redis::AsyncCommands;
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
-use domain::{OrderPlaced, OrderToken, PreDeductOutcome, ProductId, UserId};
+use domain::{Closing, OrderPlaced, OrderToken, PreDeductOutcome, ProductId, UserId};
+use order_lifecycle::Ending;
+use order_store::{Payment, PaymentOutcome};
 use platform::Settings;
 use reconcile_svc::report::{Finding, Outcome, Report};
 use reconcile_svc::{Application, ManualAction, Policy};
@@ -62,6 +65,48 @@ impl Sale {
     pub async fn write_order(&self, token: &OrderToken, user: u64) {
         let order = OrderPlaced::new(token.clone(), UserId(user), 1, 0);
         self.stack.db.db().write_orders(&[order]).await.unwrap();
+    }
+
+    /// [`Sale::sell`], with the order to be paid by `pay_by`.
+    pub async fn sell_due(&self, user: u64, pay_by: DateTime<Utc>) -> OrderToken {
+        let token = self.reserve(user).await;
+        assert!(self.stack.redis.cache().confirm(&token).await.unwrap());
+        let order = OrderPlaced::new(token.clone(), UserId(user), 1, 0);
+        self.stack
+            .db
+            .db()
+            .write_orders_due(&[order], pay_by)
+            .await
+            .unwrap();
+        token
+    }
+
+    /// The provider's callback for one unit of `token`, through the live path.
+    pub async fn pay(&self, token: &OrderToken, payment_id: &str) -> PaymentOutcome {
+        let db = self.stack.db.db();
+        let price = db.product(PRODUCT).await.unwrap().unwrap().price_cents;
+        let payment = Payment {
+            payment_id: payment_id.to_owned(),
+            order_token: token.clone(),
+            amount_cents: price,
+            paid_at: Utc::now(),
+        };
+        order_lifecycle::pay(db, self.stack.redis.cache(), &payment)
+            .await
+            .unwrap()
+    }
+
+    /// The buyer's cancel, through the live path: MySQL, then Redis.
+    pub async fn cancel(&self, token: &OrderToken) {
+        let ending = order_lifecycle::close(
+            self.stack.db.db(),
+            self.stack.redis.cache(),
+            token,
+            Closing::Cancelled,
+        )
+        .await
+        .unwrap();
+        assert!(matches!(ending, Ending::Now(_)), "{ending:?}");
     }
 
     pub async fn sql(&self, statement: &str) {

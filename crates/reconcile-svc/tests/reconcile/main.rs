@@ -6,6 +6,7 @@ mod cli;
 mod dead_letters;
 mod helpers;
 mod lease;
+mod lifecycle;
 mod operator;
 mod oversold;
 mod repairs;
