@@ -416,6 +416,7 @@ mod tests {
         let mut all = env(&[
             ("SECKILL_ADMIN__TOKEN", OWN_SECRET),
             ("SECKILL_TOKENS__KEYS__K1", OWN_SECRET),
+            ("SECKILL_PAYMENTS__WEBHOOK_SECRET", OWN_SECRET),
         ]);
         all.extend(env(pairs));
         Settings::from_sources(&[DEFAULT], all)
@@ -531,6 +532,12 @@ mod tests {
             "dev-token-key-change-me",
         )]));
         assert!(message.contains("tokens.keys.k1"), "{message}");
+
+        let message = refusal(deployed(&[(
+            "SECKILL_PAYMENTS__WEBHOOK_SECRET",
+            "dev-webhook-secret-change-me",
+        )]));
+        assert!(message.contains("payments.webhook_secret"), "{message}");
     }
 
     #[test]

@@ -150,7 +150,17 @@ impl Db {
             .await?;
         rows.into_iter()
             .map(
-                |(id, order_token, user_id, quantity, reserved_at, status, pay_by, take, release)| {
+                |(
+                    id,
+                    order_token,
+                    user_id,
+                    quantity,
+                    reserved_at,
+                    status,
+                    pay_by,
+                    take,
+                    release,
+                )| {
                     Ok(OrderPageRow {
                         id,
                         order_token,
