@@ -24,6 +24,6 @@ pub use flow::{FlowRecord, FlowState};
 pub use ids::{IdError, OrderToken, ProductId, UserId};
 pub use lifecycle::{Closing, OrderStatus, UnknownStatus};
 pub use message::{DecodeError, MAX_ORDERS_PER_MESSAGE, OrderPlaced};
-pub use payment::WebhookKey;
 pub use outcome::{Cause, PreDeductOutcome, PurchaseOutcome, Refusal, TokenRefusal, Unsettled};
+pub use payment::WebhookKey;
 pub use purchase_token::{PurchaseClaims, TokenError, TokenSigner};

@@ -87,7 +87,13 @@ mod tests {
         let header = key.sign(BODY);
         assert!(!key.verifies(b"{}", &header));
         assert!(!WebhookKey::new("other").verifies(BODY, &header));
-        for bad in ["", "sha256=", "sha256=zz", "md5=00", &header[..header.len() - 1]] {
+        for bad in [
+            "",
+            "sha256=",
+            "sha256=zz",
+            "md5=00",
+            &header[..header.len() - 1],
+        ] {
             assert!(!key.verifies(BODY, bad), "{bad:?} verified");
         }
     }
