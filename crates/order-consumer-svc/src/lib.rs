@@ -2,7 +2,9 @@
 //! Scaled on its own; its parallelism is bounded by the topic's queue count.
 //!
 //! - [`startup`]: `Application::build(settings)` and `run_until_stopped`.
-//! - [`writer`]: one batch → one MySQL transaction → "confirmed" in Redis.
+//! - [`writer`]: one batch → one MySQL transaction → its payment deadline sent to the
+//!   broker → "confirmed" in Redis.
+//! - [`expirer`]: a deadline come due → its unpaid orders expire, their units back on sale.
 //!
 //! Crash points for the fault drills (`crates/fault-drills`), present only with the
 //! `failpoints` feature and armed by `FAILPOINTS` (see `platform::faults`), e.g.
@@ -14,6 +16,7 @@
 //! | `consumer::before_commit` | a decoded batch, before its MySQL transaction | a batch pulled and not acknowledged, nothing of it written |
 //! | `consumer::after_commit` | the batch's transaction committed, before "confirmed" in Redis and the acknowledgement | a batch written and not acknowledged: it comes again |
 
+pub mod expirer;
 pub mod startup;
 pub mod writer;
 

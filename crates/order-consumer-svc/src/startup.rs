@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use actix_web::dev::{Server, ServerHandle};
 use anyhow::Context;
-use order_queue::{ConsumerTuning, MqRuntime, OrderSubscriber};
+use order_queue::{
+    ConsumerTuning, DeadlinePublisher, DeadlineSubscriber, DeadlineTuning, MqRuntime,
+    OrderSubscriber,
+};
 use order_store::Db;
 use platform::Settings;
 use platform::ops::{self, OpsState};
@@ -14,6 +17,7 @@ use platform::shutdown::Shutdown;
 use secrecy::ExposeSecret;
 use stock_cache::StockCache;
 
+use crate::expirer::Expirer;
 use crate::writer::OrderWriter;
 
 /// The RocketMQ client's blocking pool, which runs the consumed batches. At most
@@ -21,11 +25,17 @@ use crate::writer::OrderWriter;
 /// a batch the full pool rejects is only retried later, a delay for nothing.
 const MQ_BLOCKING_PARALLELISM: usize = 16;
 
+/// Connections of the expirer: a deadline expires its orders one after another, a few
+/// deadlines at once.
+const EXPIRER_POOL: usize = 4;
+
 pub struct Application {
     port: u16,
     ops_server: Server,
     ops_handle: ServerHandle,
     subscriber: OrderSubscriber,
+    deadlines: DeadlinePublisher,
+    expirer: DeadlineSubscriber,
     mq_runtime: MqRuntime,
     /// Runs the batch writes; the client's listener threads block on it.
     writer_runtime: SideRuntime,
@@ -54,6 +64,14 @@ impl Application {
         let writer_runtime =
             SideRuntime::new("order-writer", 2).context("cannot start the writer runtime")?;
         let (db, cache) = connect(&settings, consumer.concurrency as usize + 2)?;
+        let mq_runtime = MqRuntime::new("order-consumer", MQ_BLOCKING_PARALLELISM)
+            .context("cannot start the MQ client")?;
+        order_queue::ensure_topic(&mq_runtime, &settings.rocketmq)
+            .await
+            .context("cannot create the order topic")?;
+        let deadlines = DeadlinePublisher::start(&mq_runtime, &settings.rocketmq)
+            .await
+            .context("cannot start the deadline producer")?;
         let writer = Arc::new(
             OrderWriter::new(
                 db,
@@ -62,14 +80,10 @@ impl Application {
                 writer_runtime.handle(),
                 consumer.max_reconsume_times,
             )
-            .with_payment_window(Duration::from_secs(settings.orders.payment_window_secs)),
+            .with_payment_window(Duration::from_secs(settings.orders.payment_window_secs))
+            .scheduling_deadlines(deadlines.clone()),
         );
 
-        let mq_runtime = MqRuntime::new("order-consumer", MQ_BLOCKING_PARALLELISM)
-            .context("cannot start the MQ client")?;
-        order_queue::ensure_topic(&mq_runtime, &settings.rocketmq)
-            .await
-            .context("cannot create the order topic")?;
         let tuning = ConsumerTuning {
             batch_size: consumer.batch_size,
             pull_batch_size: consumer.batch_size.max(32) * 2,
@@ -80,6 +94,20 @@ impl Application {
         let subscriber = OrderSubscriber::start(&mq_runtime, &settings.rocketmq, tuning, writer)
             .await
             .context("cannot start the order consumer")?;
+
+        let (expiry_db, expiry_cache) = connect(&settings, EXPIRER_POOL)?;
+        let expiring = Arc::new(Expirer::new(expiry_db, expiry_cache));
+        let expirer = DeadlineSubscriber::start(
+            &mq_runtime,
+            &settings.rocketmq,
+            DeadlineTuning::default(),
+            move |deadline| {
+                let expiring = expiring.clone();
+                async move { expiring.expire(deadline).await }
+            },
+        )
+        .await
+        .context("cannot start the deadline consumer")?;
 
         let (probe_db, probe_cache) = connect(&settings, 2)?;
         let ready = ops::readiness(move || {
@@ -104,6 +132,8 @@ impl Application {
             ops_server,
             ops_handle,
             subscriber,
+            deadlines,
+            expirer,
             mq_runtime,
             writer_runtime,
         })
@@ -120,6 +150,8 @@ impl Application {
         shutdown.cancelled().await;
         tracing::info!("Stopping: finishing the batches in hand.");
         self.subscriber.shutdown().await;
+        self.expirer.shutdown().await;
+        self.deadlines.shutdown().await;
         self.mq_runtime.shutdown().await;
         self.ops_handle.stop(true).await;
         let _ = ops.await;

@@ -18,8 +18,10 @@
 
 use std::time::Instant;
 
-use domain::OrderPlaced;
-use order_queue::{BatchHandler, BatchVerdict, Delivery};
+use std::collections::BTreeMap;
+
+use domain::{OrderPlaced, OrderToken, ProductId};
+use order_queue::{BatchHandler, BatchVerdict, Deadline, DeadlinePublisher, Delivery};
 use order_store::{Db, StoreError, WriteSummary};
 use platform::telemetry;
 use stock_cache::StockCache;
@@ -39,6 +41,8 @@ pub struct OrderWriter {
     max_reconsume_times: i32,
     /// How long a written order waits for its payment (`orders.payment_window_secs`).
     payment_window: chrono::Duration,
+    /// Where each written batch's deadline is sent; none in tests of the write alone.
+    deadlines: Option<DeadlinePublisher>,
 }
 
 impl BatchHandler for OrderWriter {
@@ -98,7 +102,14 @@ impl OrderWriter {
             max_reconsume_times,
             payment_window: chrono::Duration::from_std(order_store::DEFAULT_PAYMENT_WINDOW)
                 .expect("the default window is a few minutes"),
+            deadlines: None,
         }
+    }
+
+    /// Each batch written from now on schedules its payment deadline with `publisher`.
+    pub fn scheduling_deadlines(mut self, publisher: DeadlinePublisher) -> Self {
+        self.deadlines = Some(publisher);
+        self
     }
 
     /// Orders written from now on wait `window` for their payment.
@@ -177,6 +188,12 @@ impl OrderWriter {
         }
 
         let pay_by_ms = pay_by.timestamp_millis();
+        // After the commit, so that a deadline never names an order MySQL may not have. A
+        // crash before it is sent redelivers the batch: its orders are then found written,
+        // and the deadline is sent for them all the same.
+        if !self.schedule_deadlines(&orders, pay_by_ms).await {
+            return BatchVerdict::RetryLater;
+        }
         let confirmed: Vec<_> = orders
             .iter()
             .map(|o| (o.order_token.clone(), pay_by_ms))
@@ -232,6 +249,32 @@ impl OrderWriter {
                 None
             }
         }
+    }
+
+    /// Sends one deadline per product of the batch; false when one could not be sent.
+    async fn schedule_deadlines(&self, orders: &[OrderPlaced], pay_by_ms: i64) -> bool {
+        let Some(publisher) = &self.deadlines else {
+            return true;
+        };
+        let mut by_product: BTreeMap<ProductId, Vec<OrderToken>> = BTreeMap::new();
+        for order in orders {
+            by_product
+                .entry(order.order_token.product_id())
+                .or_default()
+                .push(order.order_token.clone());
+        }
+        for (product, tokens) in by_product {
+            let deadline = Deadline::new(product, tokens, pay_by_ms);
+            if let Err(error) = publisher.schedule(&deadline).await {
+                metrics::counter!("seckill_deadlines_scheduled_total", "outcome" => "failed")
+                    .increment(1);
+                tracing::warn!(error = %error, "Deadline not sent; the batch goes back to the broker.");
+                return false;
+            }
+            metrics::counter!("seckill_deadlines_scheduled_total", "outcome" => "sent")
+                .increment(1);
+        }
+        true
     }
 
     /// Records a message that can never be written; false when even that failed (the

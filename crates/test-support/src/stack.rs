@@ -105,6 +105,15 @@ impl TestStack {
                 "SECKILL_ROCKETMQ__CONSUMER_GROUP",
                 format!("seckill-consumer-t{}", self.suffix),
             ),
+            // Deadlines of one test must reach that test's expirer, with its database.
+            (
+                "SECKILL_ROCKETMQ__DEADLINE_TOPIC",
+                format!("seckill-deadline-t{}", self.suffix),
+            ),
+            (
+                "SECKILL_ROCKETMQ__DEADLINE_CONSUMER_GROUP",
+                format!("seckill-expirer-t{}", self.suffix),
+            ),
             ("SECKILL_ROCKETMQ__QUEUE_COUNT", "4".to_owned()),
             ("SECKILL_GATEWAY__LISTEN", "127.0.0.1:0".to_owned()),
             ("SECKILL_GATEWAY__SHUTDOWN_GRACE_SECS", "5".to_owned()),

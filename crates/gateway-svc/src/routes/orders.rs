@@ -356,10 +356,9 @@ impl EventStream {
                 () = tokio::time::sleep(recheck) => false,
                 () = self.state.watch.closing().cancelled() => return None,
             };
-            match look_up(&self.state, &self.token).await {
-                Ok(Some(snapshot)) => self.pending = Some(snapshot),
-                // Unknown now (Redis lost it mid-stream) or unreadable: say nothing new.
-                Ok(None) | Err(_) => {}
+            // Unknown now (Redis lost it mid-stream) or unreadable: say nothing new.
+            if let Ok(Some(snapshot)) = look_up(&self.state, &self.token).await {
+                self.pending = Some(snapshot);
             }
             let unchanged = self
                 .pending

@@ -306,3 +306,55 @@ async fn an_event_stream_on_another_gateway_sees_the_payment_and_ends() {
         "the stream did not end after the final status"
     );
 }
+
+#[tokio::test]
+async fn an_unpaid_order_expires_after_its_window_and_its_unit_sells_again() {
+    let mut app = spawn_app().await;
+    app.start_consumer_with(&[("SECKILL_ORDERS__PAYMENT_WINDOW_SECS", "2")])
+        .await;
+    priced_sale(&app, 10, 1).await;
+    let order = confirmed_order(&app, 7, 10).await;
+    let pay_by: DateTime<Utc> = body(app.order_status(7, &order).await).await["pay_by"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // The deadline rides on the broker's timer; the buyer's long-poll hears the expiry.
+    let mut status = Value::Null;
+    for _ in 0..3 {
+        let polled = app
+            .client
+            .get(format!(
+                "{}/api/v1/orders/{order}?wait_secs=10",
+                app.address
+            ))
+            .header("X-User-Id", "7")
+            .send()
+            .await
+            .unwrap();
+        status = body(polled).await;
+        if status["status"] == "expired" {
+            break;
+        }
+    }
+    assert_eq!(status["status"], "expired", "{status}");
+    let late = Utc::now() - pay_by;
+    assert!(
+        late < chrono::Duration::seconds(10),
+        "expired {late} after pay_by"
+    );
+
+    let late_payment = app
+        .notify_payment(&payment("pay-after", &order, PRICE))
+        .await;
+    assert_error(late_payment, StatusCode::CONFLICT, "ORDER_CLOSED").await;
+    let view = app.admin_view(10).await;
+    assert_eq!(view["returned"], 1, "{view}");
+    assert_eq!(view["refunds_due"], 1, "{view}");
+    assert_eq!(
+        app.buy(8, 10).await.status(),
+        StatusCode::ACCEPTED,
+        "the expired unit is on sale again"
+    );
+}
