@@ -18,6 +18,10 @@
 //! The gateway (cancel, payment), the order consumer (deadline) and reconcile (overdue
 //! sweep, repair) all end orders through here, so they cannot disagree on the order of
 //! the two steps.
+//!
+//! With the `failpoints` feature (turned on by the services' own), `close` has the crash
+//! point `lifecycle::after_close` between the two steps, for the fault drills
+//! (`platform::crash_point!`; armed by `FAILPOINTS` in a service that arms its points).
 
 use domain::{Closing, OrderStatus, OrderToken};
 use order_store::{CloseOutcome, Db, OrderRow, Payment, PaymentOutcome, StoreError};
@@ -55,6 +59,9 @@ pub async fn close(
     if let Ending::Now(row) | Ending::Before(row) = &ending
         && let Some(closing) = closing_of(row.status)
     {
+        // Where the fault drills end the process: MySQL has closed the order, Redis has
+        // not been told (see above for who repeats the Redis step).
+        platform::crash_point!("lifecycle::after_close");
         give_back_in_redis(cache, token, closing).await;
     }
     Ok(ending)
