@@ -1,21 +1,35 @@
 //! The promises a drill holds the system to once it has settled, read straight from MySQL and
-//! Redis (never through a service, which may be the thing that is broken):
+//! Redis (never through a service, which may be the thing that is broken).
 //!
-//! 1. the units of the orders in MySQL are the units taken from Redis stock;
-//! 2. no order token twice (orders, stock_flow);
-//! 3. MySQL stock + Σ orders = initial stock;
-//! 4. Redis stock + Σ flows = initial stock;
-//! 5. every buyer answered 202 has a confirmed order: its row in MySQL, and "confirmed" in
-//!    Redis, which is what the buyer's status poll reads;
+//! An order holds its units while it is `confirmed` or `paid`; a `cancelled` or `expired`
+//! one has given them back, once, in both stores. So, with "held" meaning the units of
+//! the orders neither cancelled nor expired:
+//!
+//! 1. the units held in MySQL are the units taken from Redis stock (initial − Redis stock);
+//! 2. no order token twice (orders), no take or give-back twice (stock_flow);
+//! 3. MySQL stock + units held = initial stock;
+//! 4. Redis stock + Σ open flows = initial stock;
+//! 5. every buyer answered 202 has its order: its row in MySQL, and Redis's result saying
+//!    it reached MySQL (confirmed, or how it ended), which is what the buyer's status poll
+//!    reads;
 //! 6. no buyer answered 503 has an order. A drill may well refuse buyers (a broker down, a
 //!    Redis stalled); what it may not do is refuse them and sell to them anyway;
+//! 7. every unit is on sale, in an open or paid order, or returned — never two of these:
+//!    an order holding its units has its flow in Redis and a take in stock_flow with no
+//!    give-back; a cancelled or expired one has no flow, a tombstone saying how it ended
+//!    (its units went back in Redis), a take and one give-back of as many units in
+//!    stock_flow, and Redis's result says the same status as MySQL; a paid one says paid
+//!    in Redis and has exactly one payment applied (a second payment is a refund due,
+//!    never a second sale); each buyer's count in Redis is the units of their open flows;
 //!
-//! and, behind those: every order has its flow and its stock_flow row, and no flow is left
-//! reserved (every transactional message was resolved one way or the other). Finally
-//! `reconcile-svc --once`, the system's own auditor, must find nothing to repair.
+//! and, behind those: every flow has its order and no flow is left reserved (every
+//! transactional message was resolved one way or the other). Finally `reconcile-svc
+//! --once`, the system's own auditor, must find nothing to repair — or, for a drill whose
+//! damage only reconcile repairs, must find the sale clean on the run after its repairs.
 //!
 //! [`settle_and_audit`] polls until all of it holds or the deadline passes; settling is the
-//! system's own work (check-back, redelivery, optionally reconcile runs), never a sleep.
+//! system's own work (check-back, redelivery, deadlines, optionally reconcile runs), never
+//! a sleep.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -24,7 +38,8 @@ use std::time::{Duration, Instant};
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Integer, Unsigned, Varchar};
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
-use domain::{FlowState, OrderToken};
+use domain::{FlowState, OrderStatus, OrderToken};
+use stock_cache::OrderView;
 
 use crate::crowd::CrowdOutcome;
 use crate::drill::{Drill, Sale};
@@ -35,7 +50,7 @@ pub struct Settle {
     pub within: Duration,
     /// Run `reconcile-svc --once` this often while waiting: for drills whose damage only
     /// reconcile repairs (a flow with no message). `None`: the live path alone (check-back,
-    /// redelivery) must settle it, and the final reconcile run must find nothing.
+    /// redelivery, deadlines) must settle it, and the final reconcile run must find nothing.
     pub reconcile_every: Option<Duration>,
 }
 
@@ -68,15 +83,23 @@ pub struct Audit {
     pub orders: usize,
     pub order_units: i64,
     pub distinct_orders: usize,
-    /// stock_flow rows (every op type), their units and distinct tokens.
+    /// Units of the orders neither cancelled nor expired: still sold.
+    pub held_units: i64,
+    /// Orders by MySQL status (`confirmed`, `paid`, `cancelled`, `expired`).
+    pub statuses: BTreeMap<String, usize>,
+    /// stock_flow rows (takes and give-backs), their net units (takes − give-backs), and
+    /// the give-backs alone.
     pub stock_flows: usize,
     pub stock_flow_units: i64,
-    pub distinct_stock_flows: usize,
+    pub give_backs: usize,
     /// Flow records in Redis, their units, and those still reserved.
     pub flows: usize,
     pub flow_units: i64,
     pub reserved_flows: usize,
-    /// Purchases answered 202, and how many of them have a confirmed order.
+    /// Payments recorded: applied to an order, and due for refund (they came after it ended).
+    pub payments_applied: usize,
+    pub refunds_due: usize,
+    /// Purchases answered 202, and how many of them have their order in both stores.
     pub accepted: usize,
     pub accepted_confirmed: usize,
     /// Purchases answered 503, and how many of them have an order all the same.
@@ -86,8 +109,15 @@ pub struct Audit {
     pub violations: Vec<String>,
     /// From the start of [`settle_and_audit`] until every promise held.
     pub settled_after: Duration,
-    /// `reconcile-svc --once` after settling.
+    /// `reconcile-svc --once` after settling (the clean run, after any repairing one).
     pub reconcile_table: String,
+}
+
+impl Audit {
+    /// Orders MySQL holds in `status`.
+    pub fn count(&self, status: OrderStatus) -> usize {
+        self.statuses.get(status.as_str()).copied().unwrap_or(0)
+    }
 }
 
 impl fmt::Display for Audit {
@@ -99,21 +129,25 @@ impl fmt::Display for Audit {
         )?;
         writeln!(
             f,
-            "orders {} ({} units, {} distinct); stock_flow {} ({} units, {} distinct); \
-             flows {} ({} units, {} reserved)",
+            "orders {} ({} units, {} held, {} distinct) {:?}; stock_flow {} ({} net units, {} \
+             give-backs); flows {} ({} units, {} reserved); payments applied {}, refunds due {}",
             self.orders,
             self.order_units,
+            self.held_units,
             self.distinct_orders,
+            self.statuses,
             self.stock_flows,
             self.stock_flow_units,
-            self.distinct_stock_flows,
+            self.give_backs,
             self.flows,
             self.flow_units,
-            self.reserved_flows
+            self.reserved_flows,
+            self.payments_applied,
+            self.refunds_due
         )?;
         writeln!(
             f,
-            "accepted {} of which confirmed {}; answered 503 {} of which ordered {}",
+            "accepted {} of which ordered {}; answered 503 {} of which ordered {}",
             self.accepted, self.accepted_confirmed, self.unavailable, self.unavailable_ordered
         )?;
         for violation in &self.violations {
@@ -158,7 +192,19 @@ pub async fn settle_and_audit(
     };
     audit.settled_after = started.elapsed();
 
-    let run = drill.reconcile_once(sale.product).await;
+    let mut run = drill.reconcile_once(sale.product).await;
+    if !run.is_clean() && settle.reconcile_every.is_some() {
+        // Reconcile may repair what the drill allows it to; its repairs must keep every
+        // promise, and the run after them must find nothing left.
+        eprintln!("reconcile after settling:\n{}{}", run.table, run.stderr);
+        let repaired = audit_once(drill, sale, crowd).await;
+        assert!(
+            repaired.violations.is_empty(),
+            "reconcile-svc --once broke the settled sale:\n{repaired}{}",
+            run.table
+        );
+        run = drill.reconcile_once(sale.product).await;
+    }
     assert!(
         run.is_clean(),
         "the system settled ({audit}) but reconcile-svc --once did not find it clean \
@@ -181,12 +227,30 @@ struct OrderRow {
     status: String,
 }
 
+impl OrderRow {
+    /// Cancelled or expired: its units went back.
+    fn returned(&self) -> bool {
+        self.status
+            .parse::<OrderStatus>()
+            .is_ok_and(OrderStatus::returned_units)
+    }
+}
+
 #[derive(QueryableByName)]
 struct StockFlowRow {
     #[diesel(sql_type = Varchar)]
     order_token: String,
+    /// A take (> 0) or a give-back (< 0).
     #[diesel(sql_type = Integer)]
     quantity: i32,
+}
+
+#[derive(QueryableByName)]
+struct PaymentRow {
+    #[diesel(sql_type = Varchar)]
+    order_token: String,
+    #[diesel(sql_type = Varchar)]
+    outcome: String,
 }
 
 #[derive(QueryableByName)]
@@ -195,12 +259,13 @@ struct Number {
     n: i64,
 }
 
-/// MySQL's view of the sale: initial stock, stock, orders, stock_flow rows.
+/// MySQL's view of the sale: initial stock, stock, orders, stock_flow rows, payments.
 struct MysqlView {
     initial: Option<i64>,
     stock: Option<i64>,
     orders: Vec<OrderRow>,
     stock_flows: Vec<StockFlowRow>,
+    payments: Vec<PaymentRow>,
 }
 
 async fn read_mysql(url: &str, sale: &Sale) -> Result<MysqlView, String> {
@@ -240,12 +305,103 @@ async fn read_mysql(url: &str, sale: &Sale) -> Result<MysqlView, String> {
             .load::<StockFlowRow>(&mut conn)
             .await
             .map_err(|e| format!("reading stock_flow: {e}"))?;
+    let payments =
+        diesel::sql_query("SELECT order_token, outcome FROM payments WHERE product_id = ?")
+            .bind::<Unsigned<BigInt>, _>(product)
+            .load::<PaymentRow>(&mut conn)
+            .await
+            .map_err(|e| format!("reading payments: {e}"))?;
     Ok(MysqlView {
         initial,
         stock,
         orders,
         stock_flows,
+        payments,
     })
+}
+
+/// Redis's view of the sale: stock, open flows, each buyer's count, and what it says of
+/// every order token asked about.
+struct RedisView {
+    stock: Option<i64>,
+    /// Order token → (user, units, still reserved).
+    flows: BTreeMap<String, (u64, u32, bool)>,
+    /// Units each buyer holds by the `users` hash.
+    users: BTreeMap<u64, i64>,
+    orders: BTreeMap<String, OrderView>,
+    unreadable: Vec<String>,
+}
+
+async fn read_redis<'a>(
+    drill: &Drill,
+    sale: &Sale,
+    tokens: impl IntoIterator<Item = &'a str>,
+) -> Result<RedisView, String> {
+    let cache = drill.stack.redis.cache();
+    let stock = cache
+        .stock(sale.product)
+        .await
+        .map_err(|e| format!("cannot read Redis stock: {e}"))?;
+    let mut view = RedisView {
+        stock,
+        flows: BTreeMap::new(),
+        users: BTreeMap::new(),
+        orders: BTreeMap::new(),
+        unreadable: Vec::new(),
+    };
+    let mut cursor = 0;
+    loop {
+        let page = cache
+            .scan_flows(sale.product, cursor, 1000)
+            .await
+            .map_err(|e| format!("cannot scan flows: {e}"))?;
+        for (token, flow) in page.flows {
+            view.flows.insert(
+                token.to_string(),
+                (
+                    flow.user_id.get(),
+                    flow.quantity,
+                    flow.state == FlowState::Reserved,
+                ),
+            );
+        }
+        view.unreadable.extend(page.unreadable);
+        cursor = page.next_cursor;
+        if cursor == 0 {
+            break;
+        }
+    }
+    let users_key = cache.keys(sale.product).users;
+    let mut conn = redis::Client::open(drill.stack.redis.url())
+        .map_err(|e| e.to_string())?
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("cannot connect to Redis: {e}"))?;
+    let users: BTreeMap<String, i64> = redis::cmd("HGETALL")
+        .arg(&users_key)
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| format!("cannot read {users_key}: {e}"))?;
+    for (user, units) in users {
+        let user = user
+            .parse()
+            .map_err(|_| format!("{users_key} has a user {user:?} that is not a number"))?;
+        view.users.insert(user, units);
+    }
+    for token in tokens {
+        if view.orders.contains_key(token) {
+            continue;
+        }
+        let Ok(parsed) = token.parse::<OrderToken>() else {
+            continue;
+        };
+        let order = cache
+            .order_view(&parsed)
+            .await
+            .map_err(|e| format!("cannot read order {token} in Redis: {e}"))?;
+        view.orders.insert(token.to_owned(), order);
+    }
+    Ok(view)
 }
 
 /// One reading of both stores against the crowd's answers.
@@ -254,7 +410,6 @@ pub async fn audit_once(drill: &Drill, sale: &Sale, crowd: &CrowdOutcome) -> Aud
         initial: sale.stock,
         ..Audit::default()
     };
-    let cache = drill.stack.redis.cache();
     let accepted = crowd.accepted_tokens();
     audit.accepted = accepted.len();
 
@@ -265,84 +420,70 @@ pub async fn audit_once(drill: &Drill, sale: &Sale, crowd: &CrowdOutcome) -> Aud
             return audit;
         }
     };
-    audit.mysql_initial = mysql.initial;
-    audit.mysql_stock = mysql.stock;
-    audit.orders = mysql.orders.len();
-    audit.order_units = mysql.orders.iter().map(|o| i64::from(o.quantity)).sum();
-    let order_status: BTreeMap<&str, &str> = mysql
+    let tokens = mysql
         .orders
         .iter()
-        .map(|o| (o.order_token.as_str(), o.status.as_str()))
+        .map(|o| o.order_token.as_str())
+        .chain(accepted.iter().map(String::as_str));
+    let redis = match read_redis(drill, sale, tokens).await {
+        Ok(view) => view,
+        Err(error) => {
+            audit.violations.push(error);
+            return audit;
+        }
+    };
+
+    audit.mysql_initial = mysql.initial;
+    audit.mysql_stock = mysql.stock;
+    audit.redis_stock = redis.stock;
+    audit.orders = mysql.orders.len();
+    audit.order_units = mysql.orders.iter().map(|o| i64::from(o.quantity)).sum();
+    audit.held_units = mysql
+        .orders
+        .iter()
+        .filter(|o| !o.returned())
+        .map(|o| i64::from(o.quantity))
+        .sum();
+    for order in &mysql.orders {
+        *audit.statuses.entry(order.status.clone()).or_default() += 1;
+    }
+    let orders: BTreeMap<&str, &OrderRow> = mysql
+        .orders
+        .iter()
+        .map(|o| (o.order_token.as_str(), o))
         .collect();
-    audit.distinct_orders = order_status.len();
+    audit.distinct_orders = orders.len();
     audit.stock_flows = mysql.stock_flows.len();
     audit.stock_flow_units = mysql
         .stock_flows
         .iter()
         .map(|s| i64::from(s.quantity))
         .sum();
-    let stock_flow_tokens: BTreeSet<&str> = mysql
-        .stock_flows
+    audit.give_backs = mysql.stock_flows.iter().filter(|s| s.quantity < 0).count();
+    audit.payments_applied = mysql
+        .payments
         .iter()
-        .map(|s| s.order_token.as_str())
-        .collect();
-    audit.distinct_stock_flows = stock_flow_tokens.len();
-
-    audit.redis_stock = match cache.stock(sale.product).await {
-        Ok(stock) => stock,
-        Err(error) => {
-            audit
-                .violations
-                .push(format!("cannot read Redis stock: {error}"));
-            return audit;
-        }
-    };
-    let mut flow_tokens = BTreeSet::new();
-    let mut cursor = 0;
-    loop {
-        let page = match cache.scan_flows(sale.product, cursor, 1000).await {
-            Ok(page) => page,
-            Err(error) => {
-                audit.violations.push(format!("cannot scan flows: {error}"));
-                return audit;
-            }
-        };
-        for (token, flow) in page.flows {
-            audit.flow_units += i64::from(flow.quantity);
-            if flow.state == FlowState::Reserved {
-                audit.reserved_flows += 1;
-            }
-            flow_tokens.insert(token.to_string());
-        }
-        if !page.unreadable.is_empty() {
-            audit
-                .violations
-                .push(format!("unreadable flow records: {:?}", page.unreadable));
-        }
-        cursor = page.next_cursor;
-        if cursor == 0 {
-            break;
-        }
-    }
-    audit.flows = flow_tokens.len();
+        .filter(|p| p.outcome == "applied")
+        .count();
+    audit.refunds_due = mysql
+        .payments
+        .iter()
+        .filter(|p| p.outcome == "refund_due")
+        .count();
+    audit.flows = redis.flows.len();
+    audit.flow_units = redis.flows.values().map(|f| i64::from(f.1)).sum();
+    audit.reserved_flows = redis.flows.values().filter(|f| f.2).count();
 
     let mut unconfirmed = Vec::new();
     for token in &accepted {
-        let in_mysql = order_status.get(token.as_str()) == Some(&"confirmed");
-        let in_redis = match token.parse::<OrderToken>() {
-            Ok(parsed) => cache
-                .order_view(&parsed)
-                .await
-                .map(|view| view.confirmed)
-                .unwrap_or(false),
-            Err(_) => false,
-        };
-        if in_mysql && in_redis {
+        let in_mysql = orders.get(token.as_str()).map(|o| o.status.as_str());
+        let in_redis = redis.orders.get(token).is_some_and(|view| view.confirmed);
+        if in_mysql.is_some() && in_redis {
             audit.accepted_confirmed += 1;
         } else {
             unconfirmed.push(format!(
                 "{token} (MySQL: {}, Redis: {})",
-                order_status.get(token.as_str()).unwrap_or(&"no order"),
+                in_mysql.unwrap_or("no order"),
                 if in_redis {
                     "confirmed"
                 } else {
@@ -352,11 +493,19 @@ pub async fn audit_once(drill: &Drill, sale: &Sale, crowd: &CrowdOutcome) -> Aud
         }
     }
 
-    let ordered_anyway = ordered_anyway(crowd, &order_status);
+    let ordered_anyway = ordered_anyway(crowd, &orders);
     audit.unavailable = crowd.unavailable_tokens().len();
     audit.unavailable_ordered = ordered_anyway.len();
 
-    audit.violations = violations(&audit, &order_status, &stock_flow_tokens, &flow_tokens);
+    audit.violations = totals_broken(&audit);
+    if !redis.unreadable.is_empty() {
+        audit
+            .violations
+            .push(format!("unreadable flow records: {:?}", redis.unreadable));
+    }
+    audit
+        .violations
+        .extend(units_broken(&orders, &mysql, &redis));
     if !ordered_anyway.is_empty() {
         audit.violations.push(format!(
             "{} of {} buyers answered 503 have an order, e.g. {}",
@@ -373,7 +522,7 @@ pub async fn audit_once(drill: &Drill, sale: &Sale, crowd: &CrowdOutcome) -> Aud
     if !unconfirmed.is_empty() {
         unconfirmed.truncate(10);
         audit.violations.push(format!(
-            "{} of {} buyers answered 202 have no confirmed order, e.g. {}",
+            "{} of {} buyers answered 202 have no order in both stores, e.g. {}",
             audit.accepted - audit.accepted_confirmed,
             audit.accepted,
             unconfirmed.join(", ")
@@ -383,24 +532,19 @@ pub async fn audit_once(drill: &Drill, sale: &Sale, crowd: &CrowdOutcome) -> Aud
 }
 
 /// The order tokens of purchases answered 503 that have an order row, with its status.
-fn ordered_anyway(crowd: &CrowdOutcome, orders: &BTreeMap<&str, &str>) -> Vec<String> {
+fn ordered_anyway(crowd: &CrowdOutcome, orders: &BTreeMap<&str, &OrderRow>) -> Vec<String> {
     crowd
         .unavailable_tokens()
         .into_iter()
         .filter_map(|token| {
-            let status = orders.get(token.as_str())?;
-            Some(format!("{token} ({status})"))
+            let order = orders.get(token.as_str())?;
+            Some(format!("{token} ({})", order.status))
         })
         .collect()
 }
 
-/// The broken promises among the numbers and token sets read.
-fn violations(
-    audit: &Audit,
-    orders: &BTreeMap<&str, &str>,
-    stock_flows: &BTreeSet<&str>,
-    flows: &BTreeSet<String>,
-) -> Vec<String> {
+/// The broken promises among the totals (promises 1 to 4).
+fn totals_broken(audit: &Audit) -> Vec<String> {
     let mut broken = Vec::new();
     let initial = audit.initial;
     if audit.mysql_initial != Some(initial) {
@@ -410,9 +554,9 @@ fn violations(
         ));
     }
     match audit.redis_stock {
-        Some(redis) if audit.order_units != initial - redis => broken.push(format!(
-            "{} units ordered in MySQL, {} taken from Redis stock ({initial} − {redis})",
-            audit.order_units,
+        Some(redis) if audit.held_units != initial - redis => broken.push(format!(
+            "{} units held by orders in MySQL, {} taken from Redis stock ({initial} − {redis})",
+            audit.held_units,
             initial - redis
         )),
         Some(_) => {}
@@ -424,16 +568,11 @@ fn violations(
             audit.orders, audit.distinct_orders
         ));
     }
-    if audit.distinct_stock_flows != audit.stock_flows {
-        broken.push(format!(
-            "{} stock_flow rows for {} order tokens",
-            audit.stock_flows, audit.distinct_stock_flows
-        ));
-    }
     match audit.mysql_stock {
-        Some(stock) if stock + audit.order_units != initial => broken.push(format!(
-            "MySQL stock {stock} + {} units ordered ≠ {initial}",
-            audit.order_units
+        Some(stock) if stock + audit.held_units != initial => broken.push(format!(
+            "MySQL stock {stock} + {} units held by orders neither cancelled nor expired ≠ \
+             {initial}",
+            audit.held_units
         )),
         Some(_) => {}
         None => broken.push("MySQL has no stock row for the product".into()),
@@ -442,47 +581,14 @@ fn violations(
         && redis + audit.flow_units != initial
     {
         broken.push(format!(
-            "Redis stock {redis} + {} units in flows ≠ {initial}",
+            "Redis stock {redis} + {} units in open flows ≠ {initial}",
             audit.flow_units
         ));
     }
-    if audit.stock_flow_units != audit.order_units {
+    if audit.stock_flow_units != audit.held_units {
         broken.push(format!(
-            "stock_flow deducts {} units for {} units ordered",
-            audit.stock_flow_units, audit.order_units
-        ));
-    }
-    let order_tokens: BTreeSet<&str> = orders.keys().copied().collect();
-    let flow_tokens: BTreeSet<&str> = flows.iter().map(String::as_str).collect();
-    let sample = |set: BTreeSet<&&str>| -> String {
-        set.into_iter()
-            .take(5)
-            .copied()
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let without_flow: BTreeSet<&&str> = order_tokens.difference(&flow_tokens).collect();
-    if !without_flow.is_empty() {
-        broken.push(format!(
-            "{} orders have no flow in Redis, e.g. {}",
-            without_flow.len(),
-            sample(without_flow)
-        ));
-    }
-    let without_order: BTreeSet<&&str> = flow_tokens.difference(&order_tokens).collect();
-    if !without_order.is_empty() {
-        broken.push(format!(
-            "{} flows have no order in MySQL, e.g. {}",
-            without_order.len(),
-            sample(without_order)
-        ));
-    }
-    let without_deduction: BTreeSet<&&str> = order_tokens.difference(stock_flows).collect();
-    if !without_deduction.is_empty() {
-        broken.push(format!(
-            "{} orders have no stock_flow row, e.g. {}",
-            without_deduction.len(),
-            sample(without_deduction)
+            "stock_flow takes {} units net of give-backs for {} units held by orders",
+            audit.stock_flow_units, audit.held_units
         ));
     }
     if audit.reserved_flows > 0 {
@@ -491,9 +597,156 @@ fn violations(
             audit.reserved_flows
         ));
     }
-    let not_confirmed = orders.values().filter(|s| **s != "confirmed").count();
-    if not_confirmed > 0 {
-        broken.push(format!("{not_confirmed} orders are not confirmed in MySQL"));
+    broken
+}
+
+/// Where one order's units are, by each store's account.
+#[derive(Default)]
+struct Units {
+    takes: Vec<i32>,
+    give_backs: Vec<i32>,
+    payments_applied: usize,
+}
+
+/// The broken promises order by order (promise 7, and the flows' side of promise 2): every
+/// unit in exactly one place, the same place in both stores.
+fn units_broken(
+    orders: &BTreeMap<&str, &OrderRow>,
+    mysql: &MysqlView,
+    redis: &RedisView,
+) -> Vec<String> {
+    let mut units: BTreeMap<&str, Units> = BTreeMap::new();
+    for row in &mysql.stock_flows {
+        let entry = units.entry(row.order_token.as_str()).or_default();
+        if row.quantity < 0 {
+            entry.give_backs.push(-row.quantity);
+        } else {
+            entry.takes.push(row.quantity);
+        }
+    }
+    for payment in mysql.payments.iter().filter(|p| p.outcome == "applied") {
+        units
+            .entry(payment.order_token.as_str())
+            .or_default()
+            .payments_applied += 1;
+    }
+
+    // Each kind of broken promise, with the tokens that break it.
+    let mut broken: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    let mut breaks = |promise: &'static str, token: &str| {
+        broken.entry(promise).or_default().push(token.to_owned());
+    };
+    let none = Units::default();
+    for (token, order) in orders {
+        let status = order.status.parse::<OrderStatus>().ok();
+        let flow = redis.flows.get(*token);
+        let view = redis.orders.get(*token);
+        let tomb = view.and_then(|v| v.tombstone.as_ref());
+        let said = view.and_then(|v| v.status);
+        let sf = units.get(token).unwrap_or(&none);
+        if sf.takes.len() != 1 || sf.takes[0] != i32::try_from(order.quantity).unwrap_or(-1) {
+            breaks(
+                "orders without exactly one take of their units in stock_flow",
+                token,
+            );
+        }
+        if sf.payments_applied > 1 {
+            breaks("orders with more than one payment applied", token);
+        }
+        match status {
+            Some(OrderStatus::Confirmed | OrderStatus::Paid) => {
+                if flow.is_none() {
+                    breaks("open or paid orders without their flow in Redis", token);
+                }
+                if tomb.and_then(|t| t.closing()).is_some() {
+                    breaks("open or paid orders whose units Redis gave back", token);
+                }
+                if !sf.give_backs.is_empty() {
+                    breaks("open or paid orders with a give-back in stock_flow", token);
+                }
+                let paid = status == Some(OrderStatus::Paid);
+                if paid != (sf.payments_applied == 1) {
+                    breaks(
+                        "orders paid in MySQL without one payment applied, or the reverse",
+                        token,
+                    );
+                }
+                if paid && said != Some(OrderStatus::Paid) {
+                    breaks("paid orders Redis does not say are paid", token);
+                }
+            }
+            Some(closed @ (OrderStatus::Cancelled | OrderStatus::Expired)) => {
+                if flow.is_some() {
+                    breaks(
+                        "cancelled or expired orders whose units Redis still holds",
+                        token,
+                    );
+                }
+                if tomb.map(|t| t.status()) != Some(closed) {
+                    breaks(
+                        "cancelled or expired orders without a tombstone of their ending in Redis",
+                        token,
+                    );
+                }
+                if said != Some(closed) {
+                    breaks(
+                        "cancelled or expired orders Redis says ended otherwise",
+                        token,
+                    );
+                }
+                if sf.give_backs.len() != 1 || sf.give_backs != sf.takes {
+                    breaks(
+                        "cancelled or expired orders without exactly one give-back of their take \
+                         in stock_flow",
+                        token,
+                    );
+                }
+                if sf.payments_applied > 0 {
+                    breaks("cancelled or expired orders with a payment applied", token);
+                }
+            }
+            _ => breaks(
+                "orders neither confirmed, paid, cancelled nor expired in MySQL",
+                token,
+            ),
+        }
+    }
+    for token in redis.flows.keys() {
+        if !orders.contains_key(token.as_str()) {
+            breaks("flows in Redis without an order in MySQL", token);
+        }
+    }
+    for token in units.keys() {
+        if !orders.contains_key(token) {
+            breaks("stock_flow rows without an order", token);
+        }
+    }
+    let mut held_by_user: BTreeMap<u64, i64> = BTreeMap::new();
+    for (user, quantity, _) in redis.flows.values() {
+        *held_by_user.entry(*user).or_default() += i64::from(*quantity);
+    }
+    let counted: BTreeSet<u64> = held_by_user
+        .keys()
+        .chain(redis.users.keys())
+        .copied()
+        .collect();
+    for user in counted {
+        let (held, count) = (
+            held_by_user.get(&user).copied().unwrap_or(0),
+            redis.users.get(&user).copied().unwrap_or(0),
+        );
+        if held != count {
+            breaks(
+                "buyers whose count in Redis is not the units of their open flows",
+                &format!("user {user} (count {count}, flows {held})"),
+            );
+        }
     }
     broken
+        .into_iter()
+        .map(|(promise, tokens)| {
+            let sample: Vec<&str> = tokens.iter().take(5).map(String::as_str).collect();
+            format!("{} {promise}, e.g. {}", tokens.len(), sample.join(", "))
+        })
+        .collect()
 }

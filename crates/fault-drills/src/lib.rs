@@ -85,7 +85,9 @@
 //! the gateway's two answer points, `gateway::local_transaction_unanswered` and
 //! `gateway::check_back_unanswered`, it makes the local transaction or the check-back answer
 //! "unknown" as if Redis had not answered; `sleep(ms)` holds any point. The points are
-//! listed in order-consumer-svc's crate docs and in the gateway's `purchase` module.
+//! listed in order-consumer-svc's crate docs and in the gateway's `purchase` module, plus
+//! `lifecycle::after_close` in order-lifecycle (an order ended in MySQL, Redis not yet
+//! told), armed in whichever service ends orders: the consumer's expirer or the gateway.
 //!
 //! # Adding a drill
 //!
