@@ -36,8 +36,8 @@ export SECKILL_ROCKETMQ__CONSUMER_GROUP="seckill-contract-order-consumer"
 export SECKILL_AUTH__MODE="header"
 export SECKILL_RATE_LIMIT__USER_PER_SEC="100000"
 export SECKILL_RATE_LIMIT__USER_BURST="100000"
-# A reload waits up to this long for the order backlog; kept under schemathesis' request
-# timeout (10 s), which would otherwise count a slow drain as a failure.
+# A reload waits up to this long for the order backlog; kept short so that a slow drain
+# does not make the run wait on it.
 export SECKILL_GATEWAY__RELOAD_DRAIN_SECS="5"
 export SECKILL_GATEWAY_URL="http://${SECKILL_GATEWAY__LISTEN}"
 

@@ -110,6 +110,8 @@ export SECKILL_CONTRACT_USER="${SECKILL_CONTRACT_USER:-7}"
 curl -fsS -o /dev/null --max-time 5 "${url}/api-docs/openapi.json" ||
   die "no OpenAPI document at ${url}/api-docs/openapi.json: is the gateway running?"
 
+# The request timeout outlasts the longest long-poll (`GET /api/v1/orders/{token}?wait_secs=30`
+# on an order awaiting payment answers after 30 s, by design).
 # One worker: with two, hypothesis once failed inside its own strategy descriptions (not
 # thread-safe), and one runs the whole suite in seconds.
 args=(
@@ -119,7 +121,7 @@ args=(
   --checks all
   --max-examples "$max_examples"
   --workers 1
-  --request-timeout 10
+  --request-timeout 40
   --report junit
   --report-junit-path "${report_dir}/schemathesis-junit.xml"
   --no-color

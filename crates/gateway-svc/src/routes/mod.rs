@@ -17,7 +17,7 @@ use actix_web::http::Method;
 use actix_web::middleware::Next;
 use actix_web::{
     HttpRequest, HttpResponse, ResponseError, Route, error::JsonPayloadError, error::PathError,
-    guard, web,
+    error::QueryPayloadError, guard, web,
 };
 use chrono::{DateTime, SecondsFormat, Utc};
 use domain::{ProductId, TokenSigner};
@@ -205,6 +205,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
             .error_handler(json_error),
     )
     .app_data(web::PathConfig::default().error_handler(path_error))
+    .app_data(web::QueryConfig::default().error_handler(query_error))
     .app_data(web::PayloadConfig::new(max_body_bytes));
     // Each route is a resource guarded by its method (as `ServiceConfig::route` makes
     // them), wrapped in its request span, which is told its route here: no one matches
@@ -302,6 +303,10 @@ pub async fn cap_headers(
 
 fn path_error(error: PathError, _: &HttpRequest) -> actix_web::Error {
     ApiError::BadRequest(format!("bad path: {error}")).into()
+}
+
+fn query_error(error: QueryPayloadError, _: &HttpRequest) -> actix_web::Error {
+    ApiError::BadRequest(format!("bad query string: {error}")).into()
 }
 
 /// Answers every unknown route with the API's 404 (in a span of its own: no route's span

@@ -248,6 +248,19 @@ async fn a_long_poll_answers_as_soon_as_the_order_changes() {
         .await
         .unwrap();
     assert_error(too_long, StatusCode::BAD_REQUEST, "BAD_REQUEST").await;
+
+    // Not a number: the same JSON error, not the framework's plain-text one.
+    let negative = app
+        .client
+        .get(format!(
+            "{}/api/v1/orders/{order}?wait_secs=-1",
+            app.address
+        ))
+        .header("X-User-Id", "7")
+        .send()
+        .await
+        .unwrap();
+    assert_error(negative, StatusCode::BAD_REQUEST, "BAD_REQUEST").await;
 }
 
 /// Reads an event stream until it ends or `limit` passes; returns each event's order.
