@@ -164,6 +164,7 @@ overload = {cap: [load(f"overload-{cap}-{r}.json") if os.path.exists(f"{work}/ov
 overload_measured = all(overload["default"]) and all(overload["none"])
 sale10k = loads("sale10k-{}.json")
 conns_fresh, conns_loaded = load("conns-fresh.json"), load("conns-loaded.json")
+streams = load("streams.json")
 sends = [json.loads(l) for l in open(f"{work}/sends.jsonl") if l.strip()]
 pools = {}
 for path in sorted(glob.glob(f"{work}/sends-pool-*.jsonl")):
@@ -245,6 +246,13 @@ w(f"| reconcile audit of {params['flows']:,} flows, one product | {fmt(med(recon
   f"| {holds(bool(reconcile_secs) and med(reconcile_secs) < 60)} |")
 w(f"| gateway RSS at 1,000 open keep-alive connections, fresh gateway | {fmt(rss_fresh, 1)} MiB | — | | < 64 MiB | {holds(rss_fresh < 64)} |")
 w(f"| — the same after all the load of this run | {fmt(rss_loaded, 1)} MiB | — | | < 64 MiB | {holds(rss_loaded < 64)} |")
+w(f"| gateway RSS with {streams['streams']:,} order-event streams open | {fmt(streams['rss_open_kib'] / 1024, 1)} MiB "
+  f"| RSS at 1,000 connections: {fmt(rss_fresh, 1)} MiB | {fmt(streams['kib_per_stream'], 1)} KiB a stream | bounded; report | |")
+w(f"| — a cancel reaching every stream of its order, p99 (max) | {fmt(streams['delivery_ms_p99'], 1)} ms "
+  f"({fmt(streams['delivery_ms_max'], 1)} ms) | — | {streams['delivered']:,} of {streams['streams']:,} delivered | < 1,000 ms "
+  f"| {holds(streams['missed'] == 0 and streams['delivery_ms_max'] is not None and streams['delivery_ms_max'] < 1000)} |")
+w(f"| — a returned unit sold again on a gateway whose sold-out flag was set | {fmt(streams['sold_again_after_ms'], 1)} ms "
+  f"| the flag's epoch check: every 1,000 ms | | < 1,000 ms | {holds(streams['sold_again_after_ms'] < 1000)} |")
 w(f"| units/s one gateway sells in a 10,000-unit sale, first request → last order in MySQL "
   f"| {fmt(med(units_per_sec))} units/s | — | | (measure) | |")
 if overload_measured:
@@ -599,6 +607,23 @@ for name, c in (("fresh", conns_fresh), ("after the load", conns_loaded)):
     w(f"| {name} | {c['rss_before_kib'] / 1024:.1f} | {c['rss_open_kib'] / 1024:.1f} | "
       f"{c['rss_after_second_request_kib'] / 1024:.1f} | {c['still_open_after_measure']} | {c['hwm_kib'] / 1024:.1f} "
       f"| {c.get('threads', '–')} |")
+w("")
+
+w("### Order-event streams")
+w("")
+w(f"`seckill-bench streams --orders 100 --count {streams['streams']}`: a product of 100 units is sold to 100 "
+  "buyers (each order confirmed), one buyer more is refused `SOLD_OUT` (the gateway's sold-out flag is set), "
+  f"then {streams['streams']:,} `GET /api/v1/orders/{{token}}/events` streams are opened over the 100 orders and "
+  "held. Every order is then cancelled at once; each stream's delay runs from the cancels being sent to its "
+  "`cancelled` event, and the refused buyer tries again until a returned unit sells.")
+w("")
+w("| streams | opened in (ms) | RSS before (MiB) | RSS open (MiB) | KiB a stream | delivered | missed | ended after the event "
+  "| delay p50 / p99 / max (ms) | sold again after (ms) |")
+w("|---|---|---|---|---|---|---|---|---|---|")
+w(f"| {streams['streams']:,} | {streams['opened_ms']} | {streams['rss_before_kib'] / 1024:.1f} | {streams['rss_open_kib'] / 1024:.1f} "
+  f"| {streams['kib_per_stream']:.1f} | {streams['delivered']:,} | {streams['missed']} | {streams['ended_after_final']:,} "
+  f"| {fmt(streams['delivery_ms_p50'], 1)} / {fmt(streams['delivery_ms_p99'], 1)} / {fmt(streams['delivery_ms_max'], 1)} "
+  f"| {fmt(streams['sold_again_after_ms'], 1)} |")
 w("")
 
 w("## 7. A 10,000-unit sale through one gateway")

@@ -12,7 +12,9 @@
 #      ratio of two fast paths), the side that goes first alternating;
 #   4. p99 purchase latency, open loop at half the measured purchase rate;
 #   5. units/s of a 10,000-unit sale, first request to the last order in MySQL;
-#   6. the gateway's RSS with 1,000 keep-alive connections open (fresh, and after the load);
+#   6. the gateway's RSS with 1,000 keep-alive connections open (fresh, and after the load),
+#      and with EVENT_STREAMS (5,000) order-event streams open: RSS, how fast a cancel
+#      reaches them, and how fast the returned units sell again after a sell-out;
 #      then past capacity: an open loop at 2.5 times the half rate, the in-flight cap on/off,
 #      and the product read again OVERLOAD_SETTLE_SECS (15) later for units left reserved;
 #   7. transactional against plain sends of one OrderPublisher, at 8/32/64 in flight, a
@@ -53,6 +55,8 @@ purchase_buyers="${PURCHASE_BUYERS:-24000}"
 lua_requests="${LUA_REQUESTS:-300000}"
 wrk_secs="${WRK_SECS:-10}"
 wrk_conns="${WRK_CONNS:-64}"
+# Under the gateway's default orders.max_watchers (10,000).
+event_streams="${EVENT_STREAMS:-5000}"
 profile="${PROFILE:-1}"
 out="${BENCH_OUT:-${repo}/BENCHMARKS.md}"
 svg_dir="${BENCH_SVG_DIR:-${repo}/docs/bench}"
@@ -242,6 +246,10 @@ start_services
 
 log "gateway RSS with 1000 connections (fresh)"
 "$bench" conns --addr 127.0.0.1:8080 --count 1000 --pid "$(gateway_pid)" >"${work}/conns-fresh.json"
+
+log "gateway with ${event_streams} order-event streams open (100 orders), then every order cancelled"
+"$bench" streams --addr 127.0.0.1:8080 --pid "$(gateway_pid)" --product "$(product_of 990)" \
+  --orders 100 --count "$event_streams" >"${work}/streams.json"
 
 for round in $(seq 1 "$rounds"); do
   log "sale round ${round}/${rounds} (${buyers} buyers, ${stock} units)"

@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 /// At most this many connects in flight: the server's accept backlog is 4096, but a burst
 /// of SYNs beyond the kernel's own backlog would only measure retransmits.
-const CONNECT_BATCH: usize = 200;
+pub(crate) const CONNECT_BATCH: usize = 200;
 
 pub async fn run(addr: &str, count: usize, pid: u32) -> anyhow::Result<()> {
     let before = memory(pid)?;
@@ -94,13 +94,13 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-struct Memory {
-    rss_kib: u64,
-    hwm_kib: u64,
-    threads: u64,
+pub(crate) struct Memory {
+    pub(crate) rss_kib: u64,
+    pub(crate) hwm_kib: u64,
+    pub(crate) threads: u64,
 }
 
-fn memory(pid: u32) -> anyhow::Result<Memory> {
+pub(crate) fn memory(pid: u32) -> anyhow::Result<Memory> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("cannot read /proc/{pid}/status"))?;
     let field = |name: &str| {
@@ -119,7 +119,7 @@ fn memory(pid: u32) -> anyhow::Result<Memory> {
 }
 
 /// Sockets the process holds (its listeners and pools included).
-fn socket_count(pid: u32) -> usize {
+pub(crate) fn socket_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| {
         dir.filter_map(Result::ok)
             .filter(|fd| {

@@ -11,6 +11,8 @@
 //! - [`orders`]: `prepare-product`, `publish-orders`, `write-orders` (raw batched SQL and one
 //!   transaction per order) and `drain` (order-consumer-svc draining a queued backlog).
 //! - [`conns`]: `conns`, a process's RSS with N keep-alive connections open to it.
+//! - [`streams`]: `streams`, a gateway holding N order-event streams: RSS, how fast a
+//!   cancel reaches them, and how fast the returned units sell again after a sell-out.
 //! - [`cpu`]: CPU time of processes and of the machine over a measured window.
 
 mod bare_http;
@@ -19,6 +21,7 @@ mod cpu;
 mod orders;
 mod seed;
 mod sends;
+mod streams;
 mod tokens;
 
 use std::path::PathBuf;
@@ -160,6 +163,23 @@ enum Command {
         #[arg(long)]
         pid: u32,
     },
+    /// Sells `--orders` units of `--product` (a new id: it is put on sale here), opens
+    /// `--count` event streams over the orders on the gateway at `--addr` (process `--pid`),
+    /// then cancels every order; reports the RSS, each stream's delay and the resale.
+    Streams {
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        addr: String,
+        #[arg(long, env = "SECKILL_ADMIN__TOKEN", default_value = "dev-admin-token")]
+        admin_token: String,
+        #[arg(long)]
+        pid: u32,
+        #[arg(long)]
+        product: u64,
+        #[arg(long, default_value_t = 100)]
+        orders: usize,
+        #[arg(long, default_value_t = 5000)]
+        count: usize,
+    },
 }
 
 #[tokio::main]
@@ -266,6 +286,24 @@ async fn main() -> anyhow::Result<ExitCode> {
             orders::drain(&settings, &watch).await
         }
         Command::Conns { addr, count, pid } => conns::run(&addr, count, pid).await,
+        Command::Streams {
+            addr,
+            admin_token,
+            pid,
+            product,
+            orders,
+            count,
+        } => {
+            streams::run(&streams::StreamsArgs {
+                addr: &addr,
+                admin_token: &admin_token,
+                pid,
+                product,
+                orders,
+                count,
+            })
+            .await
+        }
     }?;
     Ok(ExitCode::SUCCESS)
 }

@@ -21,7 +21,7 @@
 
 pub mod after_sale;
 mod crowd;
-mod gateway;
+pub mod gateway;
 pub mod report;
 
 use std::fmt;
