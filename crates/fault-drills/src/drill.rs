@@ -332,6 +332,22 @@ impl Drill {
         crate::metrics::sum_where(&self.metrics_text(service).await, name, label)
     }
 
+    /// The status `/readyz` of `service` answers now.
+    pub async fn readiness(&self, service: Service) -> u16 {
+        let url = format!("{}/readyz", self.url(service));
+        reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("an HTTP client")
+            .get(&url)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+            .status()
+            .as_u16()
+    }
+
     async fn metrics_text(&self, service: Service) -> String {
         let url = format!("{}/metrics", self.url(service));
         reqwest::Client::builder()

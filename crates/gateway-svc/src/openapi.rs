@@ -106,7 +106,9 @@ fn ops_operation(path: &str) -> OperationBuilder {
             ),
         "/readyz" => operation
             .operation_id(Some("readyz"))
-            .summary(Some("Readiness: Redis and MySQL answer."))
+            .summary(Some(
+                "Readiness: Redis answers (the purchase path's store; MySQL is not asked).",
+            ))
             .response(
                 "200",
                 ResponseBuilder::new()

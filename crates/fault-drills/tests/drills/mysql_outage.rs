@@ -2,7 +2,8 @@
 //! to sell (Redis and the broker do the purchase), so it keeps answering 202; the consumer's
 //! batches fail and go back to the broker, which redelivers them after its backoff (10 s,
 //! 30 s, …) — no retry loop of the consumer's own, so it must not spin; once MariaDB is back
-//! the consumer catches up and nothing is lost.
+//! the consumer catches up and nothing is lost. Meanwhile the gateway stays ready (its
+//! readiness asks Redis only) and the consumer does not (it asks MySQL).
 
 use std::time::{Duration, Instant};
 
@@ -43,7 +44,10 @@ async fn a_30_second_mysql_outage_loses_no_order_and_does_not_make_the_consumer_
     let cpu_at_stop = drill.cpu_seconds(Service::Consumer);
     let stopped = Instant::now();
     // The fault itself lasts a fixed time; nothing to poll for.
-    tokio::time::sleep(OUTAGE).await;
+    tokio::time::sleep(OUTAGE / 2).await;
+    let gateway_ready = drill.readiness(Service::Gateway).await;
+    let consumer_ready = drill.readiness(Service::Consumer).await;
+    tokio::time::sleep(OUTAGE - OUTAGE / 2).await;
     let cpu_used = drill.cpu_seconds(Service::Consumer) - cpu_at_stop;
     let outage = stopped.elapsed();
     let failures = drill
@@ -64,6 +68,14 @@ async fn a_30_second_mysql_outage_loses_no_order_and_does_not_make_the_consumer_
         outcome.server_errors().is_empty(),
         "no buyer is failed for MySQL's absence: {:?}",
         outcome.server_errors()
+    );
+    assert_eq!(
+        gateway_ready, 200,
+        "a gateway stays in its Service while MySQL is down: it sells without it"
+    );
+    assert_eq!(
+        consumer_ready, 503,
+        "a consumer leaves its Service while MySQL is down: it cannot write"
     );
     assert!(
         failures >= 1.0,
