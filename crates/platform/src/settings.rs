@@ -8,6 +8,8 @@ use config::{Config, Environment, File, FileFormat};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
+mod unknown_keys;
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct Settings {
     pub gateway: GatewaySettings,
@@ -256,8 +258,10 @@ impl Settings {
         if let Some(env) = &env {
             layers.push(Box::new(File::from(dir.join(format!("{env}.toml")))));
         }
-        layers.push(Box::new(Self::environment(None)));
-        Self::from_layers(layers, env.as_deref() == Some(LOCAL_ENV))
+        let vars = std::env::vars()
+            .filter(|(name, _)| name.starts_with(unknown_keys::PREFIX))
+            .collect();
+        Self::from_layers(layers, vars, env.as_deref() == Some(LOCAL_ENV))
     }
 
     /// The same rules from strings, so tests need neither files nor the process
@@ -268,15 +272,23 @@ impl Settings {
         env: BTreeMap<String, String>,
     ) -> Result<Self, config::ConfigError> {
         let local = env.get("SECKILL_ENV").map(String::as_str) == Some(LOCAL_ENV);
-        let mut layers: Vec<Layer> = files
+        let layers: Vec<Layer> = files
             .iter()
             .map(|toml| Box::new(File::from_str(toml, FileFormat::Toml)) as Layer)
             .collect();
-        layers.push(Box::new(Self::environment(Some(env))));
-        Self::from_layers(layers, local)
+        Self::from_layers(layers, env, local)
     }
 
-    fn from_layers(layers: Vec<Layer>, local: bool) -> Result<Self, config::ConfigError> {
+    /// `files`, then the setting variables among `vars` (every `SECKILL_` variable), merged
+    /// and read; a key that no setting has, from either, is an error naming it.
+    fn from_layers(
+        mut layers: Vec<Layer>,
+        vars: BTreeMap<String, String>,
+        local: bool,
+    ) -> Result<Self, config::ConfigError> {
+        layers.push(Box::new(Self::environment(
+            unknown_keys::setting_variables(&vars),
+        )));
         let mut keys = BTreeMap::new();
         let mut builder = Config::builder();
         for layer in layers {
@@ -285,7 +297,18 @@ impl Settings {
             }
             builder = builder.add_source(vec![layer]);
         }
-        let mut settings: Self = builder.build()?.try_deserialize()?;
+        let merged = builder.build()?.cache;
+        let mut ignored = Vec::new();
+        let mut settings: Self = serde_ignored::deserialize(merged.clone(), |path| {
+            ignored.push(path.to_string());
+        })?;
+        let known: Vec<String> = unknown_keys::leaf_keys(&merged)
+            .into_iter()
+            .filter(|key| !ignored.contains(key))
+            .collect();
+        if let Some(problem) = unknown_keys::first_problem(&ignored, &known, &vars) {
+            return Err(config::ConfigError::Message(problem));
+        }
         settings.tokens.keys = keys;
         settings
             .check_secrets(local)
@@ -293,15 +316,12 @@ impl Settings {
         Ok(settings)
     }
 
-    fn environment(source: Option<BTreeMap<String, String>>) -> Environment {
-        let env = Environment::with_prefix("SECKILL")
+    fn environment(variables: BTreeMap<String, String>) -> Environment {
+        Environment::with_prefix("SECKILL")
             .prefix_separator("_")
-            .separator("__")
-            .try_parsing(true);
-        match source {
-            Some(map) => env.source(Some(map.into_iter().collect())),
-            None => env,
-        }
+            .separator(unknown_keys::SEPARATOR)
+            .try_parsing(true)
+            .source(Some(variables.into_iter().collect()))
     }
 
     /// The secrets this deployment relies on, as (setting, variable, value).
@@ -424,6 +444,38 @@ mod tests {
 
     fn refusal(result: Result<Settings, config::ConfigError>) -> String {
         result.expect_err("the settings were accepted").to_string()
+    }
+
+    #[test]
+    fn a_misspelt_setting_variable_is_refused_with_the_one_meant() {
+        let message = refusal(local(&[("SECKILL_GATEWAY__KEEP_ALIVE_SEC", "5")]));
+        assert!(
+            message.contains("unknown setting `gateway.keep_alive_sec`")
+                && message.contains("SECKILL_GATEWAY__KEEP_ALIVE_SECS"),
+            "{message}"
+        );
+        let message = refusal(local(&[("SECKILL_GATEWAY_KEEP_ALIVE_SECS", "5")]));
+        assert!(message.contains("SECKILL_GATEWAY__KEEP_ALIVE_SECS"), "{message}");
+    }
+
+    #[test]
+    fn a_misspelt_key_in_a_file_is_refused() {
+        let env = env(&[("SECKILL_ENV", LOCAL_ENV)]);
+        let message = refusal(Settings::from_sources(
+            &[DEFAULT, LOCAL, "[orders]\npayment_window = 60\n"],
+            env,
+        ));
+        assert!(
+            message.contains("unknown setting `orders.payment_window` (set in a config file)")
+                && message.contains("`orders.payment_window_secs`"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn the_loaders_own_variables_are_not_settings() {
+        let settings = local(&[("SECKILL_CONFIG_DIR", "config"), ("SECKILL_RUN_DIR", ".run")]);
+        assert!(settings.is_ok(), "{:?}", settings.err());
     }
 
     #[test]

@@ -395,3 +395,20 @@ async fn outside_local_mode_a_gateway_missing_a_secret_exits_64_instead_of_using
     assert_eq!(code, Some(64), "{stderr}");
     assert!(stderr.contains("tokens.current_key_id"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_gateway_given_a_misspelt_setting_exits_64_naming_it_and_the_setting_meant() {
+    let (code, stderr) = start_outside_local_mode(&[
+        ("SECKILL_ADMIN__TOKEN", OPERATORS_KEY),
+        ("SECKILL_TOKENS__KEYS__K1", OPERATORS_KEY),
+        ("SECKILL_PAYMENTS__WEBHOOK_SECRET", OPERATORS_KEY),
+        ("SECKILL_RATE_LIMIT__USER_BRUST", "50"),
+    ])
+    .await;
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(
+        stderr.contains("unknown setting `rate_limit.user_brust`")
+            && stderr.contains("SECKILL_RATE_LIMIT__USER_BURST"),
+        "{stderr}"
+    );
+}
