@@ -5,6 +5,7 @@
 //! - [`writer`]: one batch → one MySQL transaction → its payment deadline sent to the
 //!   broker → "confirmed" in Redis.
 //! - [`expirer`]: a deadline come due → its unpaid orders expire, their units back on sale.
+//! - [`backlog`]: the group's backlog in orders, exported for the autoscaler.
 //!
 //! Crash points for the fault drills (`crates/fault-drills`), present only with the
 //! `failpoints` feature and armed by `FAILPOINTS` (see `platform::faults`), e.g.
@@ -16,6 +17,7 @@
 //! | `consumer::before_commit` | a decoded batch, before its MySQL transaction | a batch pulled and not acknowledged, nothing of it written |
 //! | `consumer::after_commit` | the batch's transaction committed, before "confirmed" in Redis and the acknowledgement | a batch written and not acknowledged: it comes again |
 
+pub mod backlog;
 pub mod expirer;
 pub mod startup;
 pub mod writer;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use actix_web::dev::{Server, ServerHandle};
 use anyhow::Context;
 use order_queue::{
-    ConsumerTuning, DeadlinePublisher, DeadlineSubscriber, DeadlineTuning, MqRuntime,
+    ConsumerTuning, DeadlinePublisher, DeadlineSubscriber, DeadlineTuning, MqRuntime, OrderBacklog,
     OrderSubscriber,
 };
 use order_store::Db;
@@ -17,6 +17,7 @@ use platform::shutdown::Shutdown;
 use secrecy::ExposeSecret;
 use stock_cache::StockCache;
 
+use crate::backlog::{self, OrdersPerMessage};
 use crate::expirer::Expirer;
 use crate::writer::OrderWriter;
 
@@ -36,6 +37,9 @@ pub struct Application {
     subscriber: OrderSubscriber,
     deadlines: DeadlinePublisher,
     expirer: DeadlineSubscriber,
+    backlog: OrderBacklog,
+    per_message: Arc<OrdersPerMessage>,
+    backlog_every: Duration,
     mq_runtime: MqRuntime,
     /// Runs the batch writes; the client's listener threads block on it.
     writer_runtime: SideRuntime,
@@ -72,6 +76,7 @@ impl Application {
         let deadlines = DeadlinePublisher::start(&mq_runtime, &settings.rocketmq)
             .await
             .context("cannot start the deadline producer")?;
+        let per_message = Arc::new(OrdersPerMessage::default());
         let writer = Arc::new(
             OrderWriter::new(
                 db,
@@ -81,7 +86,8 @@ impl Application {
                 consumer.max_reconsume_times,
             )
             .with_payment_window(Duration::from_secs(settings.orders.payment_window_secs))
-            .scheduling_deadlines(deadlines.clone()),
+            .scheduling_deadlines(deadlines.clone())
+            .counting_orders_per_message(per_message.clone()),
         );
 
         let tuning = ConsumerTuning {
@@ -94,6 +100,10 @@ impl Application {
         let subscriber = OrderSubscriber::start(&mq_runtime, &settings.rocketmq, tuning, writer)
             .await
             .context("cannot start the order consumer")?;
+
+        let backlog = OrderBacklog::start(&mq_runtime, &settings.rocketmq)
+            .await
+            .context("cannot start the backlog probe")?;
 
         let (expiry_db, expiry_cache) = connect(&settings, EXPIRER_POOL)?;
         let expiring = Arc::new(Expirer::new(expiry_db, expiry_cache));
@@ -134,6 +144,9 @@ impl Application {
             subscriber,
             deadlines,
             expirer,
+            backlog,
+            per_message,
+            backlog_every: Duration::from_secs(consumer.backlog_export_secs.max(1)),
             mq_runtime,
             writer_runtime,
         })
@@ -147,11 +160,18 @@ impl Application {
     /// (a batch cut short is redelivered, never lost) and closes the client.
     pub async fn run_until_stopped(self, shutdown: Shutdown) -> anyhow::Result<()> {
         let ops = tokio::spawn(self.ops_server);
+        let backlog = tokio::spawn(backlog::export(
+            self.backlog,
+            self.per_message,
+            self.backlog_every,
+            shutdown.clone(),
+        ));
         shutdown.cancelled().await;
         tracing::info!("Stopping: finishing the batches in hand.");
         self.subscriber.shutdown().await;
         self.expirer.shutdown().await;
         self.deadlines.shutdown().await;
+        let _ = backlog.await;
         self.mq_runtime.shutdown().await;
         self.ops_handle.stop(true).await;
         let _ = ops.await;

@@ -19,6 +19,7 @@
 use std::time::Instant;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use domain::{OrderPlaced, OrderToken, ProductId};
 use order_queue::{BatchHandler, BatchVerdict, Deadline, DeadlinePublisher, Delivery};
@@ -27,6 +28,8 @@ use platform::telemetry;
 use stock_cache::StockCache;
 use tokio::runtime::Handle;
 use tracing::Instrument;
+
+use crate::backlog::OrdersPerMessage;
 
 pub struct OrderWriter {
     db: Db,
@@ -43,6 +46,8 @@ pub struct OrderWriter {
     payment_window: chrono::Duration,
     /// Where each written batch's deadline is sent; none in tests of the write alone.
     deadlines: Option<DeadlinePublisher>,
+    /// Told each batch's orders per message, for the backlog in orders.
+    per_message: Arc<OrdersPerMessage>,
 }
 
 impl BatchHandler for OrderWriter {
@@ -103,7 +108,14 @@ impl OrderWriter {
             payment_window: chrono::Duration::from_std(order_store::DEFAULT_PAYMENT_WINDOW)
                 .expect("the default window is a few minutes"),
             deadlines: None,
+            per_message: Arc::default(),
         }
+    }
+
+    /// Each batch from now on tells `per_message` how many orders its messages carried.
+    pub fn counting_orders_per_message(mut self, per_message: Arc<OrdersPerMessage>) -> Self {
+        self.per_message = per_message;
+        self
     }
 
     /// Each batch written from now on schedules its payment deadline with `publisher`.
@@ -154,6 +166,7 @@ impl OrderWriter {
                 }
             }
         }
+        self.per_message.observe(batch.len(), decoded.len());
         // Open until the batch is written (or not): each purchase's trace shows its wait.
         // Made only while traces are exported: nobody else sees them, and they cost per order.
         let order_spans = if telemetry::exporting() {

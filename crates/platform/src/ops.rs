@@ -82,6 +82,9 @@ pub const SERIES: &[(&str, &str)] = &[
     ("seckill_time_to_pay_seconds", "From an order's row written in MySQL to its payment (the provider's paid_at), per callback answered paid (a repeated one again)."),
     // order-consumer-svc
     ("seckill_consumer_batch_size", "Messages per batch handed to the order writer."),
+    ("seckill_order_backlog_messages", "Order messages the consumer group has still to consume, as the broker counts them (read every consumer.backlog_export_secs; every consumer exports the same figure)."),
+    ("seckill_order_backlog_orders", "The order backlog in orders: the messages still to consume times the mean orders per message of this consumer's recent batches (the KEDA trigger's figure)."),
+    ("seckill_order_backlog_probe_failures_total", "Failed readings of the order backlog from the broker (the backlog gauges then keep their last value)."),
     ("seckill_consumer_batch_seconds", "Time to write one batch: the MySQL transaction and the Redis confirmation."),
     ("seckill_consumer_redeliveries_total", "Messages received again after an earlier failure (reconsume times > 0)."),
     ("seckill_consumer_rejected_total", "Messages that can never be an order, recorded in rejected_message and acknowledged."),

@@ -64,6 +64,8 @@ pub struct ConsumerSettings {
     pub max_reconsume_times: i32,
     /// While the consumer keeps up, each queue is pulled at most this often (0: at once).
     pub pull_linger_ms: u64,
+    /// How often the group's backlog is read from the broker and exported, in orders.
+    pub backlog_export_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -455,7 +457,10 @@ mod tests {
             "{message}"
         );
         let message = refusal(local(&[("SECKILL_GATEWAY_KEEP_ALIVE_SECS", "5")]));
-        assert!(message.contains("SECKILL_GATEWAY__KEEP_ALIVE_SECS"), "{message}");
+        assert!(
+            message.contains("SECKILL_GATEWAY__KEEP_ALIVE_SECS"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -474,7 +479,10 @@ mod tests {
 
     #[test]
     fn the_loaders_own_variables_are_not_settings() {
-        let settings = local(&[("SECKILL_CONFIG_DIR", "config"), ("SECKILL_RUN_DIR", ".run")]);
+        let settings = local(&[
+            ("SECKILL_CONFIG_DIR", "config"),
+            ("SECKILL_RUN_DIR", ".run"),
+        ]);
         assert!(settings.is_ok(), "{:?}", settings.err());
     }
 

@@ -1,9 +1,12 @@
 //! The write path without the broker: batches handed straight to the [`OrderWriter`], as the
 //! subscriber's listener would.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use domain::ProductId;
+use order_consumer_svc::backlog::OrdersPerMessage;
+use order_consumer_svc::writer::OrderWriter;
 use order_queue::{BatchVerdict, Delivery};
 use order_store::Db;
 use stock_cache::StockCache;
@@ -51,6 +54,37 @@ async fn every_order_of_a_message_carrying_several_is_written_once_even_when_red
     assert_eq!(t.mysql_stock(1).await, 4);
     t.assert_confirmed(several.iter().chain(&alone)).await;
     assert!(t.rejected().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orders_its_messages_carried_set_what_a_message_of_the_backlog_counts_for() {
+    let t = TestWriter::new().await;
+    t.put_product(1, 100).await;
+    let per_message = Arc::new(OrdersPerMessage::default());
+    let writer = Arc::new(
+        OrderWriter::new(
+            t.db().clone(),
+            t.cache().clone(),
+            ORDERS_PER_TRANSACTION,
+            tokio::runtime::Handle::current(),
+            16,
+        )
+        .counting_orders_per_message(per_message.clone()),
+    );
+    assert_eq!(per_message.orders_in(10), 10.0);
+
+    // Crowd-sized messages: 8 orders in each.
+    for _ in 0..5 {
+        let batch = [message(&orders(1, 8)), message(&orders(1, 8))];
+        assert_eq!(handle(&writer, &batch).await, BatchVerdict::Done);
+    }
+
+    let ten_messages = per_message.orders_in(10);
+    assert!(
+        (50.0..=80.0).contains(&ten_messages),
+        "10 messages of the backlog count as {ten_messages} orders"
+    );
+    assert_eq!(t.order_count(1).await, 80);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
