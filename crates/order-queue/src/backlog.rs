@@ -50,10 +50,13 @@ const MASTER_ID: u64 = 0;
 impl OrderBacklog {
     /// An admin client on `runtime`, under an admin group of its own.
     pub async fn start(runtime: &MqRuntime, settings: &MqSettings) -> Result<Self> {
-        let mut admin = DefaultMQAdminExt::with_admin_ext_group(
-            runtime.client(),
-            format!("{}-backlog-probe", settings.producer_group),
-        );
+        let group = format!("{}-backlog-probe", settings.producer_group);
+        let mut admin = match settings.acl_hook() {
+            Some(hook) => {
+                DefaultMQAdminExt::with_admin_ext_group_and_rpc_hook(runtime.client(), group, hook)
+            }
+            None => DefaultMQAdminExt::with_admin_ext_group(runtime.client(), group),
+        };
         admin.set_namesrv_addr(settings.name_server.as_str());
         MQAdminReadExt::start(&mut admin)
             .await

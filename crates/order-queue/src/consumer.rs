@@ -12,7 +12,7 @@ use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_protocol::protocol::heartbeat::message_model::MessageModel;
 use tracing::{error, info};
 
-use crate::{Delivery, MqError, MqRuntime, Result};
+use crate::{Delivery, MqError, MqRuntime, MqSettings, Result};
 
 /// How long shutdown waits for listener calls already under way. It matches the blocking
 /// pool's task timeout: no call can legitimately take longer. The client's default is 0,
@@ -21,7 +21,8 @@ const SHUTDOWN_GRACE_MS: u64 = 30_000;
 
 /// One consumer's group, subscription and sizes.
 pub(crate) struct PushConsumerSpec<'a> {
-    pub name_server: &'a str,
+    /// Where the name servers are, and the credentials the consumer signs with.
+    pub settings: &'a MqSettings,
     pub group: &'a str,
     pub topic: &'a str,
     pub tag_expression: &'a str,
@@ -48,7 +49,8 @@ pub(crate) async fn start_push_consumer(
     let threads = spec.consume_threads.max(1);
     let mut consumer = DefaultMQPushConsumer::builder(runtime.client())
         .consumer_group(spec.group)
-        .name_server_addr(spec.name_server)
+        .name_server_addr(spec.settings.name_server.as_str())
+        .rpc_hook(spec.settings.acl_hook())
         .message_model(MessageModel::Clustering)
         .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
         .consume_message_batch_max_size(spec.batch_size.max(1))

@@ -222,9 +222,8 @@ impl DeadlinePublisher {
         let producer = start_plain_producer(
             runtime.client(),
             &format!("{}-deadline", settings.producer_group),
-            &settings.name_server,
+            settings,
             &settings.deadline_topic,
-            settings.send_timeout_ms_u32(),
         )
         .await?;
         Ok(Self {
@@ -382,7 +381,7 @@ impl DeadlineSubscriber {
     ) -> Result<Self> {
         ensure_named_topic(runtime, settings, &settings.deadline_topic).await?;
         let spec = PushConsumerSpec {
-            name_server: &settings.name_server,
+            settings,
             group: &settings.deadline_consumer_group,
             topic: &settings.deadline_topic,
             tag_expression: DEADLINE_TAG,

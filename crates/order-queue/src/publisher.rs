@@ -158,11 +158,10 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 struct Inner {
     topic: String,
     tag: String,
-    name_server: String,
+    settings: MqSettings,
     /// Group of the plain producer: a producer group can be registered once per client
     /// instance, and check-backs must never be routed to a producer without the listener.
     plain_group: String,
-    send_timeout_ms: u32,
     client: Arc<ClientRuntime>,
     /// `None` once shut down. Sends hold the read lock, so shutdown waits for them.
     transactional: RwLock<Option<TransactionMQProducer>>,
@@ -186,15 +185,18 @@ impl OrderPublisher {
         local: Arc<dyn LocalTransaction>,
     ) -> Result<Self> {
         let started = Instant::now();
-        let mut producer = TransactionMQProducer::builder(runtime.client())
+        let mut builder = TransactionMQProducer::builder(runtime.client())
             .producer_group(settings.producer_group.as_str())
             .name_server_addr(settings.name_server.as_str())
             .topics(vec![settings.topic.as_str()])
             .send_msg_timeout(settings.send_timeout_ms_u32())
             .transaction_listener(ListenerAdapter { local })
             .check_thread_pool_min_size(1)
-            .check_thread_pool_max_size(CHECK_WORKERS)
-            .build();
+            .check_thread_pool_max_size(CHECK_WORKERS);
+        if let Some(hook) = settings.acl_hook() {
+            builder = builder.rpc_hook(hook);
+        }
+        let mut producer = builder.build();
         producer
             .start()
             .await
@@ -208,9 +210,8 @@ impl OrderPublisher {
             producers: Arc::new(Inner {
                 topic: settings.topic.clone(),
                 tag: settings.tag.clone(),
-                name_server: settings.name_server.clone(),
+                settings: settings.clone(),
                 plain_group: plain_group_of(&settings.producer_group),
-                send_timeout_ms: settings.send_timeout_ms_u32(),
                 client: runtime.client(),
                 transactional: RwLock::new(Some(producer)),
                 plain: RwLock::new(PlainProducer::NotStarted),
@@ -320,9 +321,8 @@ impl Inner {
         let producer = start_plain_producer(
             Arc::clone(&self.client),
             &self.plain_group,
-            &self.name_server,
+            &self.settings,
             &self.topic,
-            self.send_timeout_ms,
         )
         .await?;
         *guard = PlainProducer::Running(producer);
@@ -349,17 +349,19 @@ impl Inner {
 pub(crate) async fn start_plain_producer(
     client: Arc<ClientRuntime>,
     group: &str,
-    name_server: &str,
+    settings: &MqSettings,
     topic: &str,
-    send_timeout_ms: u32,
 ) -> Result<DefaultMQProducer> {
     let started = Instant::now();
-    let mut producer = DefaultMQProducer::builder(client)
+    let mut builder = DefaultMQProducer::builder(client)
         .producer_group(group)
-        .name_server_addr(name_server)
+        .name_server_addr(settings.name_server.as_str())
         .topics(vec![topic.into()])
-        .send_msg_timeout(send_timeout_ms)
-        .build();
+        .send_msg_timeout(settings.send_timeout_ms_u32());
+    if let Some(hook) = settings.acl_hook() {
+        builder = builder.rpc_hook(hook);
+    }
+    let mut producer = builder.build();
     producer
         .start()
         .await

@@ -1,9 +1,13 @@
 //! What the services configure about the queue.
 
+use std::sync::Arc;
+
+use rocketmq_client_rust::{AclClientRPCHook, ClientRpcHook, SessionCredentials};
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 /// Where the broker is and what the order messages are called.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct MqSettings {
     /// Name server address(es), `host:port`, several separated by `;`.
     pub name_server: String,
@@ -28,6 +32,16 @@ pub struct MqSettings {
     /// Clustering consumer group that receives the deadlines when they fall due.
     #[serde(default = "default_deadline_consumer_group")]
     pub deadline_consumer_group: String,
+    /// ACL credentials every client of the service signs its requests with (producers,
+    /// consumers, the admin clients), for a broker that checks them. Both empty: none.
+    #[serde(default)]
+    pub access_key: String,
+    #[serde(default = "no_secret")]
+    pub secret_key: SecretString,
+}
+
+fn no_secret() -> SecretString {
+    SecretString::from(String::new())
 }
 
 fn default_deadline_topic() -> String {
@@ -41,6 +55,29 @@ fn default_deadline_consumer_group() -> String {
 impl MqSettings {
     pub(crate) fn send_timeout_ms_u32(&self) -> u32 {
         u32::try_from(self.send_timeout_ms).unwrap_or(u32::MAX)
+    }
+
+    /// The hook that signs each request with the ACL credentials, when they are set. Which
+    /// of the two is missing when only one is set is [`Self::credentials_problem`]'s to say.
+    pub(crate) fn acl_hook(&self) -> Option<Arc<ClientRpcHook>> {
+        (!self.access_key.is_empty()).then(|| {
+            Arc::new(AclClientRPCHook::new(SessionCredentials::with_keys(
+                self.access_key.as_str(),
+                self.secret_key.expose_secret(),
+            ))) as Arc<ClientRpcHook>
+        })
+    }
+
+    /// Credentials half set: the key without its secret, or the other way round.
+    pub fn credentials_problem(&self) -> Option<&'static str> {
+        match (
+            self.access_key.is_empty(),
+            self.secret_key.expose_secret().is_empty(),
+        ) {
+            (false, true) => Some("rocketmq.access_key is set but rocketmq.secret_key is not"),
+            (true, false) => Some("rocketmq.secret_key is set but rocketmq.access_key is not"),
+            _ => None,
+        }
     }
 
     /// The subscription expression for [`Self::tag`].
@@ -67,7 +104,28 @@ mod tests {
             queue_count: 4,
             deadline_topic: default_deadline_topic(),
             deadline_consumer_group: default_deadline_consumer_group(),
+            access_key: String::new(),
+            secret_key: no_secret(),
         }
+    }
+
+    #[test]
+    fn without_credentials_no_request_is_signed() {
+        assert!(settings("order").acl_hook().is_none());
+        assert_eq!(settings("order").credentials_problem(), None);
+    }
+
+    #[test]
+    fn credentials_sign_every_request_and_half_of_them_is_a_problem() {
+        let mut signed = settings("order");
+        signed.access_key = "seckill".into();
+        signed.secret_key = SecretString::from("a-secret".to_owned());
+        assert!(signed.acl_hook().is_some());
+        assert_eq!(signed.credentials_problem(), None);
+
+        let mut key_only = settings("order");
+        key_only.access_key = "seckill".into();
+        assert!(key_only.credentials_problem().is_some());
     }
 
     #[test]

@@ -87,7 +87,7 @@ impl OrderSubscriber {
     ) -> Result<Self> {
         let backlog = Arc::new(BacklogSignal::new(tuning.batch_size));
         let spec = PushConsumerSpec {
-            name_server: &settings.name_server,
+            settings,
             group: &settings.consumer_group,
             topic: &settings.topic,
             tag_expression: settings.tag_expression(),

@@ -45,11 +45,14 @@ pub(crate) async fn ensure_named_topic(
         settings.producer_group,
         NEXT.fetch_add(1, Ordering::Relaxed)
     );
-    let mut admin = DefaultMQProducer::builder(runtime.client())
+    let mut builder = DefaultMQProducer::builder(runtime.client())
         .producer_group(group.as_str())
         .name_server_addr(settings.name_server.as_str())
-        .send_msg_timeout(settings.send_timeout_ms_u32())
-        .build();
+        .send_msg_timeout(settings.send_timeout_ms_u32());
+    if let Some(hook) = settings.acl_hook() {
+        builder = builder.rpc_hook(hook);
+    }
+    let mut admin = builder.build();
     admin
         .start()
         .await

@@ -359,6 +359,12 @@ impl Settings {
     }
 
     fn check_secrets(&self, local: bool) -> Result<(), String> {
+        if let Some(problem) = self.rocketmq.credentials_problem() {
+            return Err(format!(
+                "{problem} (SECKILL_ROCKETMQ__ACCESS_KEY, SECKILL_ROCKETMQ__SECRET_KEY): set both \
+                 for a broker that checks ACL credentials, or neither"
+            ));
+        }
         if !self.tokens.keys.contains_key(&self.tokens.current_key_id) {
             return Err(format!(
                 "tokens.current_key_id is `{}`, but tokens.keys has no such key \
@@ -475,6 +481,20 @@ mod tests {
                 && message.contains("`orders.payment_window_secs`"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_rocketmq_access_key_without_its_secret_is_refused() {
+        let message = refusal(local(&[("SECKILL_ROCKETMQ__ACCESS_KEY", "seckill")]));
+        assert!(
+            message.contains("rocketmq.access_key is set but rocketmq.secret_key is not"),
+            "{message}"
+        );
+        let both = local(&[
+            ("SECKILL_ROCKETMQ__ACCESS_KEY", "seckill"),
+            ("SECKILL_ROCKETMQ__SECRET_KEY", "its-secret"),
+        ]);
+        assert!(both.is_ok(), "{:?}", both.err());
     }
 
     #[test]

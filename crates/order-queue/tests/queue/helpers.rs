@@ -30,6 +30,8 @@ pub fn settings(test: &str) -> MqSettings {
         queue_count: 4,
         deadline_topic: format!("oq-deadline-{suffix}"),
         deadline_consumer_group: format!("oq-e-{suffix}"),
+        access_key: String::new(),
+        secret_key: String::new().into(),
     }
 }
 
