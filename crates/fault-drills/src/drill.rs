@@ -334,22 +334,22 @@ impl Drill {
 
     /// The status `/readyz` of `service` answers now.
     pub async fn readiness(&self, service: Service) -> u16 {
-        let url = format!("{}/readyz", self.url(service));
-        reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(5))
-            .build()
-            .expect("an HTTP client")
-            .get(&url)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("GET {url}: {e}"))
-            .status()
-            .as_u16()
+        self.get(service, "/readyz").await.status().as_u16()
     }
 
     async fn metrics_text(&self, service: Service) -> String {
-        let url = format!("{}/metrics", self.url(service));
+        self.get(service, "/metrics")
+            .await
+            .error_for_status()
+            .unwrap_or_else(|e| panic!("GET /metrics of {service:?}: {e}"))
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("GET /metrics of {service:?}: {e}"))
+    }
+
+    /// `GET path` of `service`; panics when no answer comes within 5 s.
+    async fn get(&self, service: Service, path: &str) -> reqwest::Response {
+        let url = format!("{}{path}", self.url(service));
         reqwest::Client::builder()
             .no_proxy()
             .timeout(Duration::from_secs(5))
@@ -357,10 +357,6 @@ impl Drill {
             .expect("an HTTP client")
             .get(&url)
             .send()
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .unwrap_or_else(|e| panic!("GET {url}: {e}"))
-            .text()
             .await
             .unwrap_or_else(|e| panic!("GET {url}: {e}"))
     }
