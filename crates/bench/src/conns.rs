@@ -90,7 +90,7 @@ async fn healthz(stream: &mut TcpStream) -> anyhow::Result<()> {
     }
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+pub(crate) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 

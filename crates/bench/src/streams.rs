@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::conns::{CONNECT_BATCH, memory, socket_count};
+use crate::conns::{CONNECT_BATCH, find, memory, socket_count};
 
 pub struct StreamsArgs<'a> {
     pub addr: &'a str,
@@ -271,7 +271,7 @@ async fn await_cancelled(
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    find(haystack, needle).is_some()
 }
 
 fn percentile(sorted: &[f64], q: f64) -> Option<f64> {

@@ -237,29 +237,20 @@ async fn a_long_poll_answers_as_soon_as_the_order_changes() {
         started.elapsed()
     );
 
-    let too_long = app
-        .client
-        .get(format!(
-            "{}/api/v1/orders/{order}?wait_secs=31",
-            app.address
-        ))
-        .header("X-User-Id", "7")
-        .send()
-        .await
-        .unwrap();
+    let long_poll = |wait_secs: &str| {
+        app.client
+            .get(format!(
+                "{}/api/v1/orders/{order}?wait_secs={wait_secs}",
+                app.address
+            ))
+            .header("X-User-Id", "7")
+            .send()
+    };
+    let too_long = long_poll("31").await.unwrap();
     assert_error(too_long, StatusCode::BAD_REQUEST, "BAD_REQUEST").await;
 
     // Not a number: the same JSON error, not the framework's plain-text one.
-    let negative = app
-        .client
-        .get(format!(
-            "{}/api/v1/orders/{order}?wait_secs=-1",
-            app.address
-        ))
-        .header("X-User-Id", "7")
-        .send()
-        .await
-        .unwrap();
+    let negative = long_poll("-1").await.unwrap();
     assert_error(negative, StatusCode::BAD_REQUEST, "BAD_REQUEST").await;
 }
 
