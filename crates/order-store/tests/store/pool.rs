@@ -143,7 +143,14 @@ async fn a_statement_refused_for_its_data_keeps_the_connection() {
     );
     assert_eq!(db.stock(ProductId(1)).await.unwrap(), Some(9));
 
-    assert_eq!(session_ids(&test_db).await, before);
+    // The pool's session is still the one it had: no session was opened in its place. (A
+    // connection closed just before `before` was read may still be listed then and gone
+    // now, so the sessions after are a subset of those before, not equal to them.)
+    let after = session_ids(&test_db).await;
+    assert!(
+        !after.is_empty() && after.iter().all(|id| before.contains(id)),
+        "sessions before {before:?}, after {after:?}"
+    );
     db.close();
 }
 
