@@ -21,6 +21,7 @@ mod cpu;
 mod orders;
 mod seed;
 mod sends;
+mod settings;
 mod streams;
 mod tokens;
 
@@ -31,7 +32,8 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use domain::ProductId;
-use platform::Settings;
+
+use crate::settings::Settings;
 
 #[derive(Parser)]
 struct Cli {

@@ -18,13 +18,13 @@ use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
 use domain::{OrderPlaced, OrderToken, ProductId, UserId};
 use order_queue::{LocalTransaction, MqRuntime, OrderPublisher, TxDecision};
 use order_store::{Db, NewProduct};
-use platform::Settings;
 use secrecy::ExposeSecret;
 use serde_json::json;
 use stock_cache::StockCache;
 use tokio::task::JoinSet;
 
 use crate::cpu::Reading;
+use crate::settings::Settings;
 
 /// Databases this tool may drop: its own, never the services' or the tests'.
 const OWN_DATABASES: &str = "seckill_bench";
@@ -89,7 +89,7 @@ fn now_ms() -> i64 {
 struct CommitAll;
 
 impl LocalTransaction for CommitAll {
-    fn execute(&self, _orders: &[OrderPlaced]) -> TxDecision {
+    fn execute(&self, _orders: &[OrderPlaced], _: &tracing::Span) -> TxDecision {
         TxDecision::Commit
     }
     fn check(&self, _order_tokens: &[OrderToken]) -> TxDecision {
@@ -161,7 +161,10 @@ async fn send(publisher: &OrderPublisher, orders: &[OrderPlaced]) -> anyhow::Res
     if let [order] = orders {
         return Ok(publisher.publish(order, None).await?);
     }
-    match publisher.send_in_transaction(orders).await? {
+    match publisher
+        .send_in_transaction(orders.to_vec(), tracing::Span::none())
+        .await?
+    {
         TxDecision::Commit => Ok(()),
         other => anyhow::bail!("the local transaction answered {other:?}"),
     }

@@ -9,9 +9,10 @@ use deadpool_redis::redis;
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
 use domain::{OrderToken, ProductId};
 use order_store::{Db, NewProduct};
-use platform::Settings;
 use secrecy::ExposeSecret;
 use stock_cache::{LoadMode, LoadSpec, StockCache};
+
+use crate::settings::Settings;
 
 /// Rows per INSERT / HSETs per pipeline: large enough to amortise round trips, small
 /// enough to stay under max_allowed_packet.

@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use domain::{OrderPlaced, OrderToken, ProductId, UserId};
 use order_queue::{LocalTransaction, MqRuntime, OrderPublisher, TxDecision};
-use platform::Settings;
 use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::cpu::Reading;
+use crate::settings::Settings;
 
 #[derive(clap::Args)]
 pub struct SendsArgs {
@@ -70,7 +70,7 @@ struct CommitAtOnce {
 }
 
 impl LocalTransaction for CommitAtOnce {
-    fn execute(&self, orders: &[OrderPlaced]) -> TxDecision {
+    fn execute(&self, orders: &[OrderPlaced], _: &tracing::Span) -> TxDecision {
         let now = Instant::now();
         let mut called = self
             .called
@@ -203,17 +203,20 @@ async fn window(
                     })
                     .collect();
                 let order = &orders[0];
+                // The message's own copy, made before the clock starts.
+                let transactional = tx.then(|| orders.clone());
                 let sent = Instant::now();
                 if sent >= closes {
                     return mine;
                 }
-                let ok = if tx {
-                    matches!(
-                        publisher.send_in_transaction(&orders).await,
+                let ok = match transactional {
+                    Some(message) => matches!(
+                        publisher
+                            .send_in_transaction(message, tracing::Span::none())
+                            .await,
                         Ok(TxDecision::Commit)
-                    )
-                } else {
-                    publisher.publish(order, None).await.is_ok()
+                    ),
+                    None => publisher.publish(order, None).await.is_ok(),
                 };
                 let done = Instant::now();
                 let called = {

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use domain::{OrderToken, ProductId, PurchaseClaims, TokenSigner, UserId};
-use platform::Settings;
 use secrecy::ExposeSecret;
 use stock_cache::{LoadMode, LoadSpec, StockCache};
+
+use crate::settings::Settings;
 
 /// Long enough for any bench phase; the gateway checks only that it is in the future.
 const TOKEN_TTL_MS: i64 = 3_600_000;

@@ -6,11 +6,11 @@ use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest, web};
 use domain::UserId;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use platform::settings::{AuthMode, AuthSettings};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 use crate::error::ApiError;
+use crate::settings::{AuthMode, AuthSettings};
 
 /// How identities are checked; built once from the settings.
 pub struct IdentityConfig {

@@ -12,13 +12,13 @@
 //! `deploy/test/schemathesis.sh` holds a running gateway to the document.
 
 use actix_web::web;
-use platform::settings::AuthMode;
 use utoipa::openapi::path::{HttpMethod, OperationBuilder};
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, OpenApi, Ref, ResponseBuilder};
 
 use crate::responses::Unavailable;
+use crate::settings::AuthMode;
 
 /// Where the document is served.
 pub const PATH: &str = "/api-docs/openapi.json";

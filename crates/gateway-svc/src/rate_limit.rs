@@ -9,8 +9,9 @@ use std::time::Duration;
 use domain::{Refusal, UserId};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
-use platform::settings::RateLimitSettings;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::settings::RateLimitSettings;
 
 pub struct RateLimits {
     global: DefaultDirectRateLimiter,

@@ -10,7 +10,6 @@ use anyhow::Context;
 use domain::TokenSigner;
 use order_queue::{BatchTuning, MqRuntime, OrderBacklog, OrderBatcher, OrderPublisher};
 use order_store::Db;
-use platform::Settings;
 use platform::ops::{self, OpsState};
 use platform::runtime::SideRuntime;
 use platform::shutdown::Shutdown;
@@ -18,9 +17,10 @@ use secrecy::ExposeSecret;
 use stock_cache::{ReplicaWait, StockCache};
 
 use crate::identity::IdentityConfig;
-use crate::purchase::{ConfirmInRedis, PurchaseDesk, SendSpans};
+use crate::purchase::{ConfirmInRedis, PurchaseDesk};
 use crate::rate_limit::RateLimits;
 use crate::routes::{self, AppState};
+use crate::settings::Settings;
 use crate::sold_out::SoldOutFlags;
 use crate::watch::OrderWatch;
 
@@ -92,7 +92,6 @@ struct SharedState {
     mysql_per_worker: usize,
     batcher: OrderBatcher,
     sold_out: Arc<SoldOutFlags>,
-    send_spans: Arc<SendSpans>,
     signer: TokenSigner,
     limits: Arc<RateLimits>,
     token_ttl: Duration,
@@ -112,7 +111,6 @@ impl SharedState {
                 cache.clone(),
                 self.batcher.clone(),
                 self.sold_out.clone(),
-                self.send_spans.clone(),
                 self.limits.clone(),
                 self.signer.clone(),
             )),
@@ -149,11 +147,9 @@ impl Application {
             SideRuntime::new("confirm", 2).context("cannot start the confirm runtime")?;
         // Its own pool: connections live on the runtime that drives them.
         let confirm_cache = cache.with_own_pool(CONFIRM_REDIS_POOL);
-        let send_spans = Arc::new(SendSpans::default());
         let confirm = Arc::new(ConfirmInRedis {
             cache: confirm_cache,
             runtime: confirm_runtime.handle(),
-            send_spans: send_spans.clone(),
         });
         let mq_runtime = MqRuntime::new("gateway", MQ_BLOCKING_PARALLELISM)
             .context("cannot start the MQ client")?;
@@ -188,7 +184,6 @@ impl Application {
                 },
             ),
             sold_out: Arc::new(SoldOutFlags::default()),
-            send_spans,
             signer,
             limits: Arc::new(RateLimits::new(&settings.rate_limit)),
             token_ttl: Duration::from_secs(settings.tokens.ttl_secs),

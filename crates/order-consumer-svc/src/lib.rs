@@ -1,7 +1,8 @@
 //! order-consumer-svc: drains committed order messages into MySQL, in batches, idempotently.
 //! Scaled on its own; its parallelism is bounded by the topic's queue count.
 //!
-//! - [`startup`]: `Application::build(settings)` and `run_until_stopped`.
+//! - [`startup`]: `Application::build(settings)` and `run_until_stopped`; [`settings`]: its
+//!   own section and the shared ones it reads.
 //! - [`writer`]: one batch → one MySQL transaction → its payment deadline sent to the
 //!   broker → "confirmed" in Redis.
 //! - [`expirer`]: a deadline come due → its unpaid orders expire, their units back on sale.
@@ -19,7 +20,9 @@
 
 pub mod backlog;
 pub mod expirer;
+pub mod settings;
 pub mod startup;
 pub mod writer;
 
+pub use settings::Settings;
 pub use startup::Application;

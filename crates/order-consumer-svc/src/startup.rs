@@ -10,7 +10,6 @@ use order_queue::{
     OrderSubscriber,
 };
 use order_store::Db;
-use platform::Settings;
 use platform::ops::{self, OpsState};
 use platform::runtime::SideRuntime;
 use platform::shutdown::Shutdown;
@@ -19,6 +18,7 @@ use stock_cache::StockCache;
 
 use crate::backlog::{self, OrdersPerMessage};
 use crate::expirer::Expirer;
+use crate::settings::Settings;
 use crate::writer::OrderWriter;
 
 /// The RocketMQ client's blocking pool, which runs the consumed batches. At most

@@ -85,6 +85,9 @@ const QUEUE: usize = 4096;
 
 struct Pending {
     order: OrderPlaced,
+    /// The span the order was sent under; a message's local transaction is recorded under
+    /// its first order's.
+    sent_under: tracing::Span,
     answer: oneshot::Sender<BatchedSend>,
     queued_at: Instant,
 }
@@ -132,12 +135,14 @@ impl OrderBatcher {
     }
 
     /// Sends `order` in a transactional message, alone or with others of its product, and
-    /// returns that message's outcome (see [`OrderPublisher::send_in_transaction`]).
-    pub async fn send(&self, order: OrderPlaced) -> BatchedSend {
+    /// returns that message's outcome (see [`OrderPublisher::send_in_transaction`]). The
+    /// message's local transaction runs under `sent_under` if `order` is its first.
+    pub async fn send(&self, order: OrderPlaced, sent_under: tracing::Span) -> BatchedSend {
         let (answer, outcome) = oneshot::channel();
         self.queue
             .send(Pending {
                 order,
+                sent_under,
                 answer,
                 queued_at: Instant::now(),
             })
@@ -298,15 +303,19 @@ fn by_product(taken: Vec<Pending>) -> Vec<Vec<Pending>> {
 }
 
 async fn send_one_message(publisher: &OrderPublisher, message: Vec<Pending>) {
+    let sent_under = message
+        .first()
+        .map_or_else(tracing::Span::none, |first| first.sent_under.clone());
     let (orders, answers): (Vec<OrderPlaced>, Vec<_>) = message
         .into_iter()
         .map(|pending| (pending.order, pending.answer))
         .unzip();
+    let count = orders.len();
     let outcome = publisher
-        .send_in_transaction(&orders)
+        .send_in_transaction(orders, sent_under)
         .await
         .map_err(|error| {
-            warn!(orders = orders.len(), error = ?error, "Transactional send failed.");
+            warn!(orders = count, error = ?error, "Transactional send failed.");
             SendFailed::from(&error)
         });
     for answer in answers {
@@ -333,6 +342,7 @@ mod tests {
         let (answer, _) = oneshot::channel();
         Pending {
             order: OrderPlaced::new(OrderToken::new(ProductId(product), n), UserId(1), 1, 1),
+            sent_under: tracing::Span::none(),
             answer,
             queued_at: Instant::now(),
         }

@@ -67,12 +67,23 @@ impl From<LocalTransactionState> for TxDecision {
 /// A message carries one order or several of one product, and its decision covers them all:
 /// both methods get every order of the message (at least one).
 pub trait LocalTransaction: Send + Sync + 'static {
-    /// Runs right after the half message is stored, with the decoded orders.
-    fn execute(&self, orders: &[OrderPlaced]) -> TxDecision;
+    /// Runs right after the half message is stored, with the orders the message was sent
+    /// with and the span it was sent under ([`OrderPublisher::send_in_transaction`]): the
+    /// client hands both over beside the message, so nothing is decoded again and the local
+    /// transaction's span joins the sender's trace on the client's own thread.
+    fn execute(&self, orders: &[OrderPlaced], sent_under: &tracing::Span) -> TxDecision;
     /// The broker's check-back for a half message still undecided after the broker's
     /// transaction timeout; `order_tokens` come from the message keys. It may run on any
     /// replica of the producer group, long after `execute`, or while `execute` still runs.
     fn check(&self, order_tokens: &[OrderToken]) -> TxDecision;
+}
+
+/// What [`OrderPublisher::send_in_transaction`] hands the client beside the message (the
+/// client's `arg`), for the local transaction: the orders as the sender holds them, and the
+/// span they were sent under.
+struct SentAlong {
+    orders: Vec<OrderPlaced>,
+    sent_under: tracing::Span,
 }
 
 /// Maps the client's listener calls onto a [`LocalTransaction`]. A message that is not one of
@@ -86,22 +97,32 @@ impl TransactionListener for ListenerAdapter {
     fn execute_local_transaction(
         &self,
         message: &dyn MessageTrait,
-        _arg: Option<&(dyn std::any::Any + Send + Sync)>,
+        arg: Option<&(dyn std::any::Any + Send + Sync)>,
     ) -> LocalTransactionState {
-        let body = message.get_body().map_or(&[][..], |body| body.as_ref());
-        match OrderPlaced::decode_all(body) {
-            Ok(orders) if one_product(orders.iter().map(|o| &o.order_token)) => {
-                self.local.execute(&orders).into()
+        // Every send of this crate hands its orders over; a message sent without them (by
+        // another producer of the group) is read from its body.
+        let decoded;
+        let (orders, sent_under) = match arg.and_then(|arg| arg.downcast_ref::<SentAlong>()) {
+            Some(sent) => (&sent.orders, &sent.sent_under),
+            None => {
+                let body = message.get_body().map_or(&[][..], |body| body.as_ref());
+                match OrderPlaced::decode_all(body) {
+                    Ok(orders) => {
+                        decoded = (orders, tracing::Span::none());
+                        (&decoded.0, &decoded.1)
+                    }
+                    Err(error) => {
+                        error!(%error, topic = %message.topic(), "Half message body is not an order; rolling back.");
+                        return LocalTransactionState::RollbackMessage;
+                    }
+                }
             }
-            Ok(_) => {
-                error!(topic = %message.topic(), "Half message holds orders of several products; rolling back.");
-                LocalTransactionState::RollbackMessage
-            }
-            Err(error) => {
-                error!(%error, topic = %message.topic(), "Half message body is not an order; rolling back.");
-                LocalTransactionState::RollbackMessage
-            }
+        };
+        if orders.is_empty() || !one_product(orders.iter().map(|o| &o.order_token)) {
+            error!(topic = %message.topic(), orders = orders.len(), "Half message holds no orders, or orders of several products; rolling back.");
+            return LocalTransactionState::RollbackMessage;
         }
+        self.local.execute(orders, sent_under).into()
     }
 
     fn check_local_transaction(&self, message: &MessageExt) -> LocalTransactionState {
@@ -141,10 +162,11 @@ pub struct OrderPublisher {
 /// here, where the concrete type becomes the trait object.
 trait Producers: Send + Sync {
     fn topic(&self) -> &str;
-    fn send_in_transaction<'a>(
-        &'a self,
-        orders: &'a [OrderPlaced],
-    ) -> BoxFuture<'a, Result<TxDecision>>;
+    fn send_in_transaction(
+        &self,
+        orders: Vec<OrderPlaced>,
+        sent_under: tracing::Span,
+    ) -> BoxFuture<'_, Result<TxDecision>>;
     fn publish<'a>(
         &'a self,
         order: &'a OrderPlaced,
@@ -223,14 +245,19 @@ impl OrderPublisher {
     /// returns the local transaction's outcome as the client reported it once the half message
     /// was stored (`Rollback` without calling the local transaction when the broker stored it
     /// but reported a flush/replica timeout). The message's `traceparent` property is the
-    /// first order's; each order keeps its own in the body.
+    /// first order's; each order keeps its own in the body. The local transaction gets
+    /// `orders` themselves and runs under `sent_under` ([`LocalTransaction::execute`]).
     ///
     /// `Err` means the half message is **not known to be stored** (timeout, broker down, no
     /// route): the local transaction did not run, and the caller releases the units. Should
     /// the broker have stored it after all, its check-back finds them released and rolls
     /// it back.
-    pub async fn send_in_transaction(&self, orders: &[OrderPlaced]) -> Result<TxDecision> {
-        self.producers.send_in_transaction(orders).await
+    pub async fn send_in_transaction(
+        &self,
+        orders: Vec<OrderPlaced>,
+        sent_under: tracing::Span,
+    ) -> Result<TxDecision> {
+        self.producers.send_in_transaction(orders, sent_under).await
     }
 
     /// Sends `order` as a plain, immediately visible message (reconcile's re-publish of a
@@ -255,11 +282,12 @@ impl Producers for Inner {
         &self.topic
     }
 
-    fn send_in_transaction<'a>(
-        &'a self,
-        orders: &'a [OrderPlaced],
-    ) -> BoxFuture<'a, Result<TxDecision>> {
-        Box::pin(self.send_transactional(orders))
+    fn send_in_transaction(
+        &self,
+        orders: Vec<OrderPlaced>,
+        sent_under: tracing::Span,
+    ) -> BoxFuture<'_, Result<TxDecision>> {
+        Box::pin(self.send_transactional(orders, sent_under))
     }
 
     fn publish<'a>(
@@ -276,21 +304,26 @@ impl Producers for Inner {
 }
 
 impl Inner {
-    async fn send_transactional(&self, orders: &[OrderPlaced]) -> Result<TxDecision> {
+    async fn send_transactional(
+        &self,
+        orders: Vec<OrderPlaced>,
+        sent_under: tracing::Span,
+    ) -> Result<TxDecision> {
         let traceparent = orders.first().and_then(|o| o.traceparent.as_deref());
-        let message = orders_message(&self.topic, &self.tag, orders, traceparent)?;
+        let message = orders_message(&self.topic, &self.tag, &orders, traceparent)?;
+        let (first, count) = (orders[0].order_token.clone(), orders.len());
         let guard = self.transactional.read().await;
         let producer = guard.as_ref().ok_or(MqError::ShutDown)?;
         let result = producer
-            .send_message_in_transaction::<(), _>(message, None)
+            .send_message_in_transaction(message, Some(SentAlong { orders, sent_under }))
             .await
             .map_err(MqError::Send)?;
         let decision = result
             .local_transaction_state
             .map_or(TxDecision::Unknown, TxDecision::from);
         debug!(
-            order_token = %orders[0].order_token,
-            orders = orders.len(),
+            order_token = %first,
+            orders = count,
             ?decision,
             msg_id = ?result.send_result.as_ref().and_then(|r| r.msg_id.as_ref()),
             "Transactional message sent."
@@ -414,7 +447,7 @@ mod tests {
     }
 
     impl LocalTransaction for Recording {
-        fn execute(&self, orders: &[OrderPlaced]) -> TxDecision {
+        fn execute(&self, orders: &[OrderPlaced], _: &tracing::Span) -> TxDecision {
             self.executed.lock().unwrap().extend_from_slice(orders);
             TxDecision::Commit
         }
@@ -453,6 +486,24 @@ mod tests {
         let (recording, adapter) = adapter();
         let message = order_message("t", "order", &order(), None).unwrap();
         let state = adapter.execute_local_transaction(&message, None);
+        assert_eq!(state, LocalTransactionState::CommitMessage);
+        assert_eq!(*recording.executed.lock().unwrap(), vec![order()]);
+    }
+
+    #[test]
+    fn execute_gets_the_orders_handed_over_beside_the_message_without_decoding_it() {
+        let (recording, adapter) = adapter();
+        let message = Message::builder()
+            .topic("t")
+            .key(order().order_token.to_string())
+            .body(b"a body nobody reads".to_vec())
+            .build()
+            .unwrap();
+        let along = SentAlong {
+            orders: vec![order()],
+            sent_under: tracing::Span::none(),
+        };
+        let state = adapter.execute_local_transaction(&message, Some(&along));
         assert_eq!(state, LocalTransactionState::CommitMessage);
         assert_eq!(*recording.executed.lock().unwrap(), vec![order()]);
     }

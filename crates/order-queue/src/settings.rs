@@ -58,7 +58,7 @@ impl MqSettings {
     }
 
     /// The hook that signs each request with the ACL credentials, when they are set. Which
-    /// of the two is missing when only one is set is [`Self::credentials_problem`]'s to say.
+    /// of the two is missing when only one is set is [`Self::check`]'s to say.
     pub(crate) fn acl_hook(&self) -> Option<Arc<ClientRpcHook>> {
         (!self.access_key.is_empty()).then(|| {
             Arc::new(AclClientRPCHook::new(SessionCredentials::with_keys(
@@ -68,16 +68,21 @@ impl MqSettings {
         })
     }
 
-    /// Credentials half set: the key without its secret, or the other way round.
-    pub fn credentials_problem(&self) -> Option<&'static str> {
-        match (
+    /// Refuses credentials half set, the key without its secret or the other way round,
+    /// naming both settings and their variables.
+    pub fn check(&self) -> Result<(), String> {
+        let problem = match (
             self.access_key.is_empty(),
             self.secret_key.expose_secret().is_empty(),
         ) {
-            (false, true) => Some("rocketmq.access_key is set but rocketmq.secret_key is not"),
-            (true, false) => Some("rocketmq.secret_key is set but rocketmq.access_key is not"),
-            _ => None,
-        }
+            (false, true) => "rocketmq.access_key is set but rocketmq.secret_key is not",
+            (true, false) => "rocketmq.secret_key is set but rocketmq.access_key is not",
+            _ => return Ok(()),
+        };
+        Err(format!(
+            "{problem} (SECKILL_ROCKETMQ__ACCESS_KEY, SECKILL_ROCKETMQ__SECRET_KEY): set both \
+             for a broker that checks ACL credentials, or neither"
+        ))
     }
 
     /// The subscription expression for [`Self::tag`].
@@ -112,7 +117,7 @@ mod tests {
     #[test]
     fn without_credentials_no_request_is_signed() {
         assert!(settings("order").acl_hook().is_none());
-        assert_eq!(settings("order").credentials_problem(), None);
+        assert_eq!(settings("order").check(), Ok(()));
     }
 
     #[test]
@@ -121,11 +126,15 @@ mod tests {
         signed.access_key = "seckill".into();
         signed.secret_key = SecretString::from("a-secret".to_owned());
         assert!(signed.acl_hook().is_some());
-        assert_eq!(signed.credentials_problem(), None);
+        assert_eq!(signed.check(), Ok(()));
 
         let mut key_only = settings("order");
         key_only.access_key = "seckill".into();
-        assert!(key_only.credentials_problem().is_some());
+        let problem = key_only.check().unwrap_err();
+        assert!(
+            problem.contains("rocketmq.access_key is set but rocketmq.secret_key is not"),
+            "{problem}"
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! What every seckill service needs besides its own logic, in one place.
 //!
 //! - [`settings`]: layered configuration (`config/default.toml` → `config/<env>.toml` →
-//!   `SECKILL_<SECTION>__<KEY>`) into typed structs, checked before any port is bound.
+//!   `SECKILL_<SECTION>__<KEY>`) into each service's own settings type, checked before any
+//!   port is bound; the sections several services share.
 //! - [`telemetry`]: tracing subscriber (text or JSON lines with trace ids) wired to
 //!   OpenTelemetry, exported over OTLP/HTTP when an endpoint is configured.
 //! - [`http`]: the actix-web middleware that gives every request a span and its metrics.
@@ -20,7 +21,7 @@ pub mod settings;
 pub mod shutdown;
 pub mod telemetry;
 
-pub use settings::Settings;
+pub use settings::ServiceSettings;
 
 /// Exit code for invalid configuration (EX_CONFIG-like, as sysexits' EX_USAGE): the process
 /// stops before binding a port, and the orchestrator shows the reason instead of a crash loop.
@@ -28,15 +29,17 @@ pub const EXIT_BAD_CONFIG: i32 = 64;
 
 /// The first lines of every service's `main`: settings (or exit 64 with the reason),
 /// logging and tracing, and the shutdown token.
-pub fn boot(service: &'static str) -> (Settings, telemetry::TelemetryGuard, shutdown::Shutdown) {
-    let settings = match Settings::load() {
+pub fn boot<S: ServiceSettings>(
+    service: &'static str,
+) -> (S, telemetry::TelemetryGuard, shutdown::Shutdown) {
+    let settings: S = match settings::load() {
         Ok(settings) => settings,
         Err(error) => {
             eprintln!("{service}: invalid configuration: {error}");
             std::process::exit(EXIT_BAD_CONFIG);
         }
     };
-    let telemetry = match telemetry::init(service, &settings.telemetry) {
+    let telemetry = match telemetry::init(service, settings.telemetry()) {
         Ok(telemetry) => telemetry,
         Err(error) => {
             eprintln!("{service}: invalid configuration: {error}");

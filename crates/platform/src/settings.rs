@@ -1,5 +1,9 @@
-//! Typed settings. Every service reads the same file set and takes the sections it needs,
-//! so one ConfigMap serves the whole deployment.
+//! Typed settings. Every service reads the same file set — one ConfigMap serves the whole
+//! deployment — into a settings type of its own ([`ServiceSettings`]): the sections it reads,
+//! of which the shared ones are here and its own sections live in its crate. A section the
+//! service does not read is another service's business, and left alone; a key no section
+//! has, or a misspelt one in a section the service reads, stops it (see
+//! [`unknown_keys`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -7,82 +11,32 @@ use std::path::PathBuf;
 use config::{Config, Environment, File, FileFormat};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 mod unknown_keys;
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct Settings {
-    pub gateway: GatewaySettings,
-    pub consumer: ConsumerSettings,
-    pub reconcile: ReconcileSettings,
-    pub redis: RedisSettings,
-    pub mysql: MysqlSettings,
-    /// The queue's own settings type, so the section maps one to one onto the client.
-    pub rocketmq: order_queue::MqSettings,
-    pub auth: AuthSettings,
-    /// Only a secret: a file may well have no `[admin]` table at all.
-    #[serde(default)]
-    pub admin: AdminSettings,
-    pub tokens: TokenSettings,
-    pub rate_limit: RateLimitSettings,
-    pub telemetry: TelemetrySettings,
-    /// After the purchase: the payment window and how buyers watch their orders.
-    #[serde(default)]
-    pub orders: OrderSettings,
-    /// Only a secret, like `[admin]`.
-    #[serde(default)]
-    pub payments: PaymentSettings,
-}
+pub use unknown_keys::variable_of_key;
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct GatewaySettings {
-    pub listen: String,
-    pub max_body_bytes: usize,
-    /// Largest header block accepted (431 above it).
-    pub max_header_bytes: usize,
-    pub shutdown_grace_secs: u64,
-    /// How long an idle keep-alive connection stays open (0: closed after each answer).
-    pub keep_alive_secs: u64,
-    /// How long an admin reload waits for the order consumers to empty their backlog.
-    pub reload_drain_secs: u64,
-    /// Most orders of one product under one transactional message.
-    pub orders_per_message: usize,
-    /// Most transactional sends under way at once; winners queue behind them and leave
-    /// together.
-    pub sends_in_flight: usize,
-    /// Longest a winner waits behind sends under way before it leaves in one of its own.
-    pub send_patience_ms: u64,
-    /// How long a message's first winner waits for others to join it (unless it fills).
-    pub send_linger_ms: u64,
-}
+/// What a service's settings type tells the loader beyond its sections.
+pub trait ServiceSettings: DeserializeOwned {
+    /// Logging and tracing, which every service sets up before anything else.
+    fn telemetry(&self) -> &TelemetrySettings;
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct ConsumerSettings {
-    pub listen: String,
-    pub batch_size: u32,
-    pub concurrency: u32,
-    pub max_reconsume_times: i32,
-    /// While the consumer keeps up, each queue is pulled at most this often (0: at once).
-    pub pull_linger_ms: u64,
-    /// How often the group's backlog is read from the broker and exported, in orders.
-    pub backlog_export_secs: u64,
-}
+    /// The secrets this service relies on, by key (`admin.token`): outside local mode each
+    /// must be set, long enough, and none this repository ships.
+    fn secrets(&self) -> Vec<(String, &SecretString)>;
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct ReconcileSettings {
-    pub listen: String,
-    pub schedule: String,
-    pub grace_secs: u64,
-    pub policy: String,
-    pub scan_batch: usize,
-    /// How long the lease of one run lasts between renewals (a run renews it every third of
-    /// this while it lasts); a runner that dies lets it expire after this.
-    #[serde(default = "default_reconcile_lease_secs")]
-    pub lease_secs: u64,
-}
+    /// Checks across settings that no single value's type can make, as an error naming
+    /// the settings and their variables.
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
 
-fn default_reconcile_lease_secs() -> u64 {
-    900
+    /// The purchase-token keys, for a service that has them: the loader takes them from one
+    /// layer alone (see [`load`]).
+    fn token_keys_mut(&mut self) -> Option<&mut BTreeMap<String, SecretString>> {
+        None
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -107,30 +61,6 @@ pub struct MysqlSettings {
     pub pool_size: usize,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AuthMode {
-    /// `X-User-Id: <u64>`: trusted header, for local runs and behind an authenticating proxy.
-    Header,
-    /// `Authorization: Bearer <HS256 JWT>` with `sub` = user id.
-    Jwt,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct AuthSettings {
-    pub mode: AuthMode,
-    /// Checked at start-up in jwt mode (see [`Settings::load`]); unset is empty.
-    #[serde(default = "unset_secret")]
-    pub jwt_secret: SecretString,
-    /// The `iss` a buyer's JWT must carry; empty: not checked.
-    #[serde(default)]
-    pub jwt_issuer: String,
-    /// The `aud` a buyer's JWT must carry (one of, when it carries several); empty: not
-    /// checked.
-    #[serde(default)]
-    pub jwt_audience: String,
-}
-
 #[derive(Debug, Clone, Deserialize)]
 pub struct AdminSettings {
     /// Unset is empty, refused at start-up outside local mode.
@@ -150,9 +80,30 @@ impl Default for AdminSettings {
 pub struct TokenSettings {
     pub current_key_id: String,
     pub ttl_secs: u64,
-    /// From one configuration layer only: see [`Settings::load`].
+    /// From one configuration layer only: see [`load`].
     #[serde(default)]
     pub keys: BTreeMap<String, SecretString>,
+}
+
+impl TokenSettings {
+    /// Each key as a secret, by its setting (`tokens.keys.k1`).
+    pub fn secrets(&self) -> impl Iterator<Item = (String, &SecretString)> {
+        self.keys
+            .iter()
+            .map(|(id, key)| (format!("tokens.keys.{id}"), key))
+    }
+
+    /// The current key must be one of the keys, in every mode.
+    pub fn check(&self) -> Result<(), String> {
+        if self.keys.contains_key(&self.current_key_id) {
+            return Ok(());
+        }
+        Err(format!(
+            "tokens.current_key_id is `{}`, but tokens.keys has no such key (set {})",
+            self.current_key_id,
+            variable_of_key(&format!("tokens.keys.{}", self.current_key_id))
+        ))
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -182,34 +133,9 @@ impl Default for OrderSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct PaymentSettings {
-    /// The HMAC-SHA256 key the payment provider signs its callbacks with. Unset is empty,
-    /// refused at start-up outside local mode.
-    #[serde(default = "unset_secret")]
-    pub webhook_secret: SecretString,
-}
-
-impl Default for PaymentSettings {
-    fn default() -> Self {
-        Self {
-            webhook_secret: unset_secret(),
-        }
-    }
-}
-
-fn unset_secret() -> SecretString {
+/// An unset secret: empty, which outside local mode is refused.
+pub fn unset_secret() -> SecretString {
     SecretString::from("")
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct RateLimitSettings {
-    pub global_per_sec: u32,
-    pub user_per_sec: u32,
-    pub user_burst: u32,
-    /// Most purchases one instance takes to Redis and the broker at once; past it a
-    /// purchase is refused at once (429) rather than queued.
-    pub purchases_in_flight: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -240,165 +166,136 @@ const SHIPPED_SECRETS: &[&str] = &[
     "CHANGE-ME-32-or-more-random-bytes",
 ];
 
-impl Settings {
-    /// Reads `$SECKILL_CONFIG_DIR` (default `config/`): `default.toml`, then
-    /// `<SECKILL_ENV>.toml` when that variable is set, then `SECKILL_*` variables.
-    ///
-    /// `tokens.keys` comes from the highest of those layers that defines any key, alone:
-    /// maps would otherwise merge across layers, and a key dropped from the environment (a
-    /// rotation) would live on from a file. Outside local mode (`SECKILL_ENV=local`) every
-    /// secret in use must be set, at least [`MIN_SECRET_BYTES`] long and none this
-    /// repository ships; otherwise this is an error naming the setting.
-    pub fn load() -> Result<Self, config::ConfigError> {
-        let dir = std::env::var_os("SECKILL_CONFIG_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("config"));
-        let env = std::env::var("SECKILL_ENV")
-            .ok()
-            .filter(|env| !env.is_empty());
-        let mut layers: Vec<Layer> = vec![Box::new(File::from(dir.join("default.toml")))];
-        if let Some(env) = &env {
-            layers.push(Box::new(File::from(dir.join(format!("{env}.toml")))));
-        }
-        let vars = std::env::vars()
-            .filter(|(name, _)| name.starts_with(unknown_keys::PREFIX))
-            .collect();
-        Self::from_layers(layers, vars, env.as_deref() == Some(LOCAL_ENV))
+/// Reads `$SECKILL_CONFIG_DIR` (default `config/`): `default.toml`, then
+/// `<SECKILL_ENV>.toml` when that variable is set, then `SECKILL_*` variables.
+///
+/// `tokens.keys` comes from the highest of those layers that defines any key, alone: maps
+/// would otherwise merge across layers, and a key dropped from the environment (a rotation)
+/// would live on from a file. Outside local mode (`SECKILL_ENV=local`) every secret the
+/// service relies on must be set, at least [`MIN_SECRET_BYTES`] long and none this
+/// repository ships; otherwise this is an error naming the setting.
+pub fn load<S: ServiceSettings>() -> Result<S, config::ConfigError> {
+    let dir = std::env::var_os("SECKILL_CONFIG_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("config"));
+    let env = std::env::var("SECKILL_ENV")
+        .ok()
+        .filter(|env| !env.is_empty());
+    let mut layers: Vec<Layer> = vec![Box::new(File::from(dir.join("default.toml")))];
+    if let Some(env) = &env {
+        layers.push(Box::new(File::from(dir.join(format!("{env}.toml")))));
     }
+    let vars = std::env::vars()
+        .filter(|(name, _)| name.starts_with(unknown_keys::PREFIX))
+        .collect();
+    from_layers(layers, vars, env.as_deref() == Some(LOCAL_ENV))
+}
 
-    /// The same rules from strings, so tests need neither files nor the process
-    /// environment: `files` (TOML, lowest first), then `env`, in local mode when `env`
-    /// says `SECKILL_ENV=local`.
-    pub fn from_sources(
-        files: &[&str],
-        env: BTreeMap<String, String>,
-    ) -> Result<Self, config::ConfigError> {
-        let local = env.get("SECKILL_ENV").map(String::as_str) == Some(LOCAL_ENV);
-        let layers: Vec<Layer> = files
-            .iter()
-            .map(|toml| Box::new(File::from_str(toml, FileFormat::Toml)) as Layer)
-            .collect();
-        Self::from_layers(layers, env, local)
-    }
+/// The same rules from strings, so tests need neither files nor the process environment:
+/// `files` (TOML, lowest first; the first plays `default.toml`), then `env`, in local mode
+/// when `env` says `SECKILL_ENV=local`.
+pub fn from_sources<S: ServiceSettings>(
+    files: &[&str],
+    env: BTreeMap<String, String>,
+) -> Result<S, config::ConfigError> {
+    let local = env.get("SECKILL_ENV").map(String::as_str) == Some(LOCAL_ENV);
+    let layers: Vec<Layer> = files
+        .iter()
+        .map(|toml| Box::new(File::from_str(toml, FileFormat::Toml)) as Layer)
+        .collect();
+    from_layers(layers, env, local)
+}
 
-    /// `files`, then the setting variables among `vars` (every `SECKILL_` variable), merged
-    /// and read; a key that no setting has, from either, is an error naming it.
-    fn from_layers(
-        mut layers: Vec<Layer>,
-        vars: BTreeMap<String, String>,
-        local: bool,
-    ) -> Result<Self, config::ConfigError> {
-        layers.push(Box::new(Self::environment(
-            unknown_keys::setting_variables(&vars),
-        )));
-        let mut keys = BTreeMap::new();
-        let mut builder = Config::builder();
-        for layer in layers {
-            if let Some(layer_keys) = token_keys_of(&layer)? {
-                keys = layer_keys;
-            }
-            builder = builder.add_source(vec![layer]);
+/// `layers`, then the setting variables among `vars` (every `SECKILL_` variable), merged and
+/// read. A section of the first layer (the shipped `default.toml`) that the service does not
+/// read is another service's; any other key that no setting has, from either, is an error
+/// naming it.
+fn from_layers<S: ServiceSettings>(
+    mut layers: Vec<Layer>,
+    vars: BTreeMap<String, String>,
+    local: bool,
+) -> Result<S, config::ConfigError> {
+    let deployment_sections = match layers.first() {
+        Some(first) => sections_of(first)?,
+        None => Vec::new(),
+    };
+    layers.push(Box::new(environment(unknown_keys::setting_variables(
+        &vars,
+    ))));
+    let mut keys = None;
+    let mut builder = Config::builder();
+    for layer in layers {
+        if let Some(layer_keys) = token_keys_of(&layer)? {
+            keys = Some(layer_keys);
         }
-        let merged = builder.build()?.cache;
-        let mut ignored = Vec::new();
-        let mut settings: Self = serde_ignored::deserialize(merged.clone(), |path| {
-            ignored.push(path.to_string());
-        })?;
-        let known: Vec<String> = unknown_keys::leaf_keys(&merged)
-            .into_iter()
-            .filter(|key| !ignored.contains(key))
-            .collect();
-        if let Some(problem) = unknown_keys::first_problem(&ignored, &known, &vars) {
-            return Err(config::ConfigError::Message(problem));
-        }
-        settings.tokens.keys = keys;
-        settings
-            .check_secrets(local)
-            .map_err(config::ConfigError::Message)?;
-        Ok(settings)
+        builder = builder.add_source(vec![layer]);
     }
+    let merged = builder.build()?.cache;
+    let mut ignored = Vec::new();
+    let mut settings: S = serde_ignored::deserialize(merged.clone(), |path| {
+        ignored.push(path.to_string());
+    })?;
+    let known: Vec<String> = unknown_keys::leaf_keys(&merged)
+        .into_iter()
+        .filter(|key| !ignored.contains(key))
+        .collect();
+    ignored.retain(|path| !deployment_sections.contains(path));
+    if let Some(problem) = unknown_keys::first_problem(&ignored, &known, &vars) {
+        return Err(config::ConfigError::Message(problem));
+    }
+    if let (Some(keys), Some(read)) = (keys, settings.token_keys_mut()) {
+        *read = keys;
+    }
+    settings.check().map_err(config::ConfigError::Message)?;
+    if !local {
+        check_secrets(&settings).map_err(config::ConfigError::Message)?;
+    }
+    Ok(settings)
+}
 
-    fn environment(variables: BTreeMap<String, String>) -> Environment {
-        Environment::with_prefix("SECKILL")
-            .prefix_separator("_")
-            .separator(unknown_keys::SEPARATOR)
-            .try_parsing(true)
-            .source(Some(variables.into_iter().collect()))
-    }
+fn environment(variables: BTreeMap<String, String>) -> Environment {
+    Environment::with_prefix("SECKILL")
+        .prefix_separator("_")
+        .separator(unknown_keys::SEPARATOR)
+        .try_parsing(true)
+        .source(Some(variables.into_iter().collect()))
+}
 
-    /// The secrets this deployment relies on, as (setting, variable, value).
-    fn secrets_in_use(&self) -> Vec<(String, String, &SecretString)> {
-        let mut secrets = vec![
-            (
-                "admin.token".to_owned(),
-                "SECKILL_ADMIN__TOKEN".to_owned(),
-                &self.admin.token,
-            ),
-            (
-                "payments.webhook_secret".to_owned(),
-                "SECKILL_PAYMENTS__WEBHOOK_SECRET".to_owned(),
-                &self.payments.webhook_secret,
-            ),
-        ];
-        // In header mode no JWT is ever verified, so its secret guards nothing.
-        if self.auth.mode == AuthMode::Jwt {
-            secrets.push((
-                "auth.jwt_secret".to_owned(),
-                "SECKILL_AUTH__JWT_SECRET".to_owned(),
-                &self.auth.jwt_secret,
-            ));
-        }
-        for (id, key) in &self.tokens.keys {
-            secrets.push((
-                format!("tokens.keys.{id}"),
-                format!("SECKILL_TOKENS__KEYS__{}", id.to_uppercase()),
-                key,
-            ));
-        }
-        secrets
+/// Outside local mode, every secret the service relies on is a random value of the
+/// operator's own.
+fn check_secrets(settings: &impl ServiceSettings) -> Result<(), String> {
+    for (setting, secret) in settings.secrets() {
+        let value = secret.expose_secret();
+        let problem = if value.is_empty() {
+            "is not set"
+        } else if SHIPPED_SECRETS.contains(&value) {
+            "is a development value shipped with seckill, public to anyone"
+        } else if value.len() < MIN_SECRET_BYTES {
+            "is shorter than 32 bytes"
+        } else {
+            continue;
+        };
+        return Err(format!(
+            "{setting} ({}) {problem}: outside local mode (SECKILL_ENV={LOCAL_ENV}) every \
+             secret must be a random value of your own, at least {MIN_SECRET_BYTES} bytes long",
+            variable_of_key(&setting)
+        ));
     }
-
-    fn check_secrets(&self, local: bool) -> Result<(), String> {
-        if let Some(problem) = self.rocketmq.credentials_problem() {
-            return Err(format!(
-                "{problem} (SECKILL_ROCKETMQ__ACCESS_KEY, SECKILL_ROCKETMQ__SECRET_KEY): set both \
-                 for a broker that checks ACL credentials, or neither"
-            ));
-        }
-        if !self.tokens.keys.contains_key(&self.tokens.current_key_id) {
-            return Err(format!(
-                "tokens.current_key_id is `{}`, but tokens.keys has no such key \
-                 (set SECKILL_TOKENS__KEYS__{})",
-                self.tokens.current_key_id,
-                self.tokens.current_key_id.to_uppercase()
-            ));
-        }
-        if local {
-            return Ok(());
-        }
-        for (setting, variable, secret) in self.secrets_in_use() {
-            let value = secret.expose_secret();
-            let problem = if value.is_empty() {
-                "is not set"
-            } else if SHIPPED_SECRETS.contains(&value) {
-                "is a development value shipped with seckill, public to anyone"
-            } else if value.len() < MIN_SECRET_BYTES {
-                "is shorter than 32 bytes"
-            } else {
-                continue;
-            };
-            return Err(format!(
-                "{setting} ({variable}) {problem}: outside local mode (SECKILL_ENV={LOCAL_ENV}) \
-                 every secret must be a random value of your own, at least \
-                 {MIN_SECRET_BYTES} bytes long"
-            ));
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 /// One layer of configuration: a file or the environment.
 type Layer = Box<dyn config::Source + Send + Sync>;
+
+/// The sections (top-level tables) one layer defines.
+fn sections_of(layer: &Layer) -> Result<Vec<String>, config::ConfigError> {
+    let alone = Config::builder().add_source(vec![layer.clone()]).build()?;
+    Ok(alone
+        .cache
+        .into_table()
+        .map(|table| table.into_keys().collect())
+        .unwrap_or_default())
+}
 
 /// The token keys one layer defines on its own, if it defines any.
 fn token_keys_of(
@@ -426,6 +323,37 @@ mod tests {
     /// A secret of the right length that this repository does not ship.
     const OWN_SECRET: &str = "an-operators-own-secret-0123456789";
 
+    /// A service that reads only shared sections and relies on the admin token and the
+    /// token keys: the gateway's and the consumer's own sections are not its business.
+    #[derive(Debug, Deserialize)]
+    struct Issuer {
+        redis: RedisSettings,
+        mysql: MysqlSettings,
+        #[serde(default)]
+        admin: AdminSettings,
+        tokens: TokenSettings,
+        telemetry: TelemetrySettings,
+        #[serde(default)]
+        orders: OrderSettings,
+    }
+
+    impl ServiceSettings for Issuer {
+        fn telemetry(&self) -> &TelemetrySettings {
+            &self.telemetry
+        }
+        fn secrets(&self) -> Vec<(String, &SecretString)> {
+            let mut secrets = vec![("admin.token".to_owned(), &self.admin.token)];
+            secrets.extend(self.tokens.secrets());
+            secrets
+        }
+        fn check(&self) -> Result<(), String> {
+            self.tokens.check()
+        }
+        fn token_keys_mut(&mut self) -> Option<&mut BTreeMap<String, SecretString>> {
+            Some(&mut self.tokens.keys)
+        }
+    }
+
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
@@ -433,46 +361,42 @@ mod tests {
             .collect()
     }
 
-    fn local(pairs: &[(&str, &str)]) -> Result<Settings, config::ConfigError> {
+    fn local(pairs: &[(&str, &str)]) -> Result<Issuer, config::ConfigError> {
         let mut env = env(pairs);
         env.insert("SECKILL_ENV".to_owned(), LOCAL_ENV.to_owned());
-        Settings::from_sources(&[DEFAULT, LOCAL], env)
+        from_sources(&[DEFAULT, LOCAL], env)
     }
 
     /// A deployment: the image's default.toml and its own secrets in the environment.
-    fn deployed(pairs: &[(&str, &str)]) -> Result<Settings, config::ConfigError> {
+    fn deployed(pairs: &[(&str, &str)]) -> Result<Issuer, config::ConfigError> {
         let mut all = env(&[
             ("SECKILL_ADMIN__TOKEN", OWN_SECRET),
             ("SECKILL_TOKENS__KEYS__K1", OWN_SECRET),
-            ("SECKILL_PAYMENTS__WEBHOOK_SECRET", OWN_SECRET),
         ]);
         all.extend(env(pairs));
-        Settings::from_sources(&[DEFAULT], all)
+        from_sources(&[DEFAULT], all)
     }
 
-    fn refusal(result: Result<Settings, config::ConfigError>) -> String {
+    fn refusal(result: Result<Issuer, config::ConfigError>) -> String {
         result.expect_err("the settings were accepted").to_string()
     }
 
     #[test]
     fn a_misspelt_setting_variable_is_refused_with_the_one_meant() {
-        let message = refusal(local(&[("SECKILL_GATEWAY__KEEP_ALIVE_SEC", "5")]));
+        let message = refusal(local(&[("SECKILL_REDIS__POOL_SIZ", "5")]));
         assert!(
-            message.contains("unknown setting `gateway.keep_alive_sec`")
-                && message.contains("SECKILL_GATEWAY__KEEP_ALIVE_SECS"),
+            message.contains("unknown setting `redis.pool_siz`")
+                && message.contains("SECKILL_REDIS__POOL_SIZE"),
             "{message}"
         );
-        let message = refusal(local(&[("SECKILL_GATEWAY_KEEP_ALIVE_SECS", "5")]));
-        assert!(
-            message.contains("SECKILL_GATEWAY__KEEP_ALIVE_SECS"),
-            "{message}"
-        );
+        let message = refusal(local(&[("SECKILL_REDIS_POOL_SIZE", "5")]));
+        assert!(message.contains("SECKILL_REDIS__POOL_SIZE"), "{message}");
     }
 
     #[test]
     fn a_misspelt_key_in_a_file_is_refused() {
         let env = env(&[("SECKILL_ENV", LOCAL_ENV)]);
-        let message = refusal(Settings::from_sources(
+        let message = refusal(from_sources(
             &[DEFAULT, LOCAL, "[orders]\npayment_window = 60\n"],
             env,
         ));
@@ -484,17 +408,22 @@ mod tests {
     }
 
     #[test]
-    fn a_rocketmq_access_key_without_its_secret_is_refused() {
-        let message = refusal(local(&[("SECKILL_ROCKETMQ__ACCESS_KEY", "seckill")]));
+    fn another_services_section_is_left_to_that_service() {
+        let settings = local(&[
+            ("SECKILL_CONSUMER__BATCH_SIZE", "7"),
+            ("SECKILL_GATEWAY__LISTEN", "0.0.0.0:8080"),
+        ]);
+        assert!(settings.is_ok(), "{:?}", settings.err());
+    }
+
+    #[test]
+    fn a_section_no_service_has_is_refused() {
+        let message = refusal(local(&[("SECKILL_CONSUMR__BATCH_SIZE", "7")]));
         assert!(
-            message.contains("rocketmq.access_key is set but rocketmq.secret_key is not"),
+            message.contains("unknown setting `consumr`")
+                || message.contains("unknown setting `consumr.batch_size`"),
             "{message}"
         );
-        let both = local(&[
-            ("SECKILL_ROCKETMQ__ACCESS_KEY", "seckill"),
-            ("SECKILL_ROCKETMQ__SECRET_KEY", "its-secret"),
-        ]);
-        assert!(both.is_ok(), "{:?}", both.err());
     }
 
     #[test]
@@ -507,28 +436,14 @@ mod tests {
     }
 
     #[test]
-    fn the_shipped_defaults_parse_in_local_mode() {
-        let settings = local(&[]).unwrap();
-        assert_eq!(settings.gateway.listen, "127.0.0.1:8080");
-        assert_eq!(settings.auth.mode, AuthMode::Header);
-        assert_eq!(settings.admin.token.expose_secret(), "dev-admin-token");
-        assert_eq!(settings.auth.jwt_issuer, "");
-        assert_eq!(settings.auth.jwt_audience, "");
-    }
-
-    #[test]
     fn environment_variables_override_the_file() {
         let settings = local(&[
             ("SECKILL_REDIS__URL", "redis://elsewhere:1"),
-            ("SECKILL_CONSUMER__BATCH_SIZE", "7"),
-            ("SECKILL_AUTH__MODE", "jwt"),
-            ("SECKILL_AUTH__JWT_ISSUER", "https://id.example"),
+            ("SECKILL_ORDERS__PAYMENT_WINDOW_SECS", "60"),
         ])
         .unwrap();
         assert_eq!(settings.redis.url, "redis://elsewhere:1");
-        assert_eq!(settings.consumer.batch_size, 7);
-        assert_eq!(settings.auth.mode, AuthMode::Jwt);
-        assert_eq!(settings.auth.jwt_issuer, "https://id.example");
+        assert_eq!(settings.orders.payment_window_secs, 60);
     }
 
     #[test]
@@ -538,11 +453,12 @@ mod tests {
         assert!(!debug.contains("dev-admin-token"));
         assert!(!debug.contains("dev-token-key-change-me"));
         assert!(!debug.contains("seckill:seckill@"));
+        assert!(settings.mysql.pool_size > 0, "the section is read");
     }
 
     #[test]
     fn a_bad_value_is_an_error_not_a_default() {
-        assert!(local(&[("SECKILL_AUTH__MODE", "magic")]).is_err());
+        assert!(local(&[("SECKILL_REDIS__POOL_SIZE", "many")]).is_err());
     }
 
     #[test]
@@ -577,7 +493,7 @@ mod tests {
     #[test]
     fn of_two_files_the_higher_ones_keys_replace_the_lower_ones() {
         let upper = "[tokens]\nkeys = { k2 = \"another-local-key-of-16\" }\n";
-        let settings = Settings::from_sources(
+        let settings: Issuer = from_sources(
             &[DEFAULT, LOCAL, upper],
             env(&[
                 ("SECKILL_ENV", LOCAL_ENV),
@@ -600,7 +516,7 @@ mod tests {
     fn outside_local_mode_the_development_secrets_are_refused() {
         // local.toml's secrets, read without SECKILL_ENV=local: what an image that carried
         // the file, or a Secret filled in from it, would run on.
-        let message = refusal(Settings::from_sources(&[DEFAULT, LOCAL], BTreeMap::new()));
+        let message = refusal(from_sources(&[DEFAULT, LOCAL], BTreeMap::new()));
         assert!(
             message.contains("admin.token (SECKILL_ADMIN__TOKEN)"),
             "{message}"
@@ -612,24 +528,18 @@ mod tests {
             "dev-token-key-change-me",
         )]));
         assert!(message.contains("tokens.keys.k1"), "{message}");
-
-        let message = refusal(deployed(&[(
-            "SECKILL_PAYMENTS__WEBHOOK_SECRET",
-            "dev-webhook-secret-change-me",
-        )]));
-        assert!(message.contains("payments.webhook_secret"), "{message}");
     }
 
     #[test]
     fn outside_local_mode_a_missing_secret_is_refused_not_defaulted() {
-        let message = refusal(Settings::from_sources(
+        let message = refusal(from_sources(
             &[DEFAULT],
             env(&[("SECKILL_TOKENS__KEYS__K1", OWN_SECRET)]),
         ));
         assert!(message.contains("admin.token"), "{message}");
         assert!(message.contains("is not set"), "{message}");
 
-        let message = refusal(Settings::from_sources(
+        let message = refusal(from_sources(
             &[DEFAULT],
             env(&[("SECKILL_ADMIN__TOKEN", OWN_SECRET)]),
         ));
@@ -646,28 +556,9 @@ mod tests {
     }
 
     #[test]
-    fn the_jwt_secret_is_required_in_jwt_mode_only() {
-        assert!(deployed(&[]).is_ok(), "header mode verifies no JWT");
-        let message = refusal(deployed(&[("SECKILL_AUTH__MODE", "jwt")]));
-        assert!(message.contains("auth.jwt_secret"), "{message}");
-        assert!(
-            deployed(&[
-                ("SECKILL_AUTH__MODE", "jwt"),
-                ("SECKILL_AUTH__JWT_SECRET", OWN_SECRET)
-            ])
-            .is_ok()
-        );
-    }
-
-    #[test]
-    fn every_secret_of_local_toml_is_known_as_a_development_value() {
-        let settings = local(&[]).unwrap();
-        for secret in [
-            &settings.admin.token,
-            &settings.auth.jwt_secret,
-            &settings.tokens.keys["k1"],
-        ] {
-            assert!(SHIPPED_SECRETS.contains(&secret.expose_secret()));
-        }
+    fn a_secret_the_service_does_not_rely_on_is_not_asked_for() {
+        // The webhook secret is the gateway's: a service without it starts without it.
+        let settings = deployed(&[]);
+        assert!(settings.is_ok(), "{:?}", settings.err());
     }
 }

@@ -56,7 +56,8 @@ fn parse_product(raw: &str) -> Result<ProductId, String> {
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let (settings, telemetry, shutdown) = platform::boot("reconcile-svc");
+    let (settings, telemetry, shutdown) =
+        platform::boot::<reconcile_svc::Settings>("reconcile-svc");
     let dry_run = cli.dry_run || matches!(cli.command, Some(Command::Repair { dry_run: true, .. }));
     let app = Application::build(settings, cli.policy, dry_run).await?;
     let code = match cli.command {

@@ -10,7 +10,6 @@ use chrono::Utc;
 use domain::{OrderPlaced, OrderToken};
 use order_queue::{LocalTransaction, MqRuntime, OrderPublisher, TxDecision};
 use order_store::Db;
-use platform::Settings;
 use platform::ops::{self, OpsState};
 use platform::shutdown::Shutdown;
 use secrecy::{ExposeSecret, SecretString};
@@ -18,6 +17,7 @@ use serde_json::json;
 use stock_cache::StockCache;
 
 use crate::audit::{Auditor, Policy};
+use crate::settings::Settings;
 
 /// Connections to MySQL and to Redis, each. One run at a time holds the lease, and a run
 /// takes one step at a time, overlapping at most the next Redis page with the MySQL read of
@@ -33,7 +33,7 @@ const MQ_BLOCKING_PARALLELISM: usize = 4;
 struct NoHalfMessages;
 
 impl LocalTransaction for NoHalfMessages {
-    fn execute(&self, _: &[OrderPlaced]) -> TxDecision {
+    fn execute(&self, _: &[OrderPlaced], _: &tracing::Span) -> TxDecision {
         TxDecision::Unknown
     }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use domain::ProductId;
 use order_store::NewProduct;
-use platform::Settings;
+use platform::ServiceSettings;
 use stock_cache::{LoadMode, LoadSpec};
 
 use crate::mysql::TestDb;
@@ -124,16 +124,17 @@ impl TestStack {
         pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
     }
 
-    /// Settings for an in-process service: the shipped defaults and local secrets, this
-    /// stack, then `extra` (`("SECKILL_SECTION__KEY", value)` pairs) on top.
-    pub fn settings(&self, extra: &[(&str, &str)]) -> Settings {
+    /// Settings for an in-process service (its own settings type, `S`): the shipped
+    /// defaults and local secrets, this stack, then `extra` (`("SECKILL_SECTION__KEY",
+    /// value)` pairs) on top.
+    pub fn settings<S: ServiceSettings>(&self, extra: &[(&str, &str)]) -> S {
         let mut env = self.env();
         env.extend(
             extra
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
         );
-        Settings::from_sources(&[DEFAULT_CONFIG, LOCAL_CONFIG], env)
+        platform::settings::from_sources(&[DEFAULT_CONFIG, LOCAL_CONFIG], env)
             .expect("test settings are valid")
     }
 

@@ -1,8 +1,5 @@
 //! The local transaction and the broker's check-back: both are `confirm.lua`.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Instant;
 
 use domain::{OrderPlaced, OrderToken};
@@ -14,41 +11,11 @@ use tracing::Instrument;
 
 use super::record::{answer, lua_seconds, lua_span};
 
-/// The span each order in flight was sent under (its `mq.send_half`, or its purchase's while
-/// spans are not exported). The client runs the local transaction on a thread of its own,
-/// with nothing but the order; this is how it finds the span to record itself under, so the
-/// purchase's trace shows it.
-#[derive(Default)]
-pub struct SendSpans(Mutex<HashMap<OrderToken, tracing::Span>>);
-
-impl SendSpans {
-    pub(super) fn insert(&self, token: &OrderToken, span: tracing::Span) {
-        self.lock().insert(token.clone(), span);
-    }
-
-    pub(super) fn remove(&self, token: &OrderToken) {
-        self.lock().remove(token);
-    }
-
-    fn get(&self, token: &OrderToken) -> Option<tracing::Span> {
-        self.lock().get(token).cloned()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<OrderToken, tracing::Span>> {
-        // A panic while holding the lock leaves a map of spans: still usable.
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
 /// The local transaction and the check-back: both are `confirm.lua`. The client calls
 /// them on its own blocking threads, so they drive Redis on a runtime of their own.
 pub struct ConfirmInRedis {
     pub cache: StockCache,
     pub runtime: Handle,
-    /// Where the purchase path leaves the span of each send in flight.
-    pub send_spans: Arc<SendSpans>,
 }
 
 impl ConfirmInRedis {
@@ -83,7 +50,7 @@ impl ConfirmInRedis {
 }
 
 impl LocalTransaction for ConfirmInRedis {
-    fn execute(&self, orders: &[OrderPlaced]) -> TxDecision {
+    fn execute(&self, orders: &[OrderPlaced], sent_under: &tracing::Span) -> TxDecision {
         // Crash point 2: the half message is stored and the flows reserved, but no answer
         // will come from here; the broker's check-back, served by any gateway of the
         // producer group, commits them from the flow records.
@@ -95,9 +62,8 @@ impl LocalTransaction for ConfirmInRedis {
         });
         let tokens: Vec<OrderToken> = orders.iter().map(|o| o.order_token.clone()).collect();
         // Under the first order's send; the other purchases' traces show their own sends.
-        let parent = self.send_spans.get(&tokens[0]);
         let span = tracing::info_span!(
-            parent: parent.as_ref().and_then(tracing::Span::id),
+            parent: sent_under.id(),
             "local_transaction",
             order = %tokens[0].short(),
             orders = tokens.len(),

@@ -13,8 +13,8 @@
 //! - [`record`]: the outcome counted once where the purchase ends, and the spans.
 //!
 //! Spans (children of the purchase's): `lua.pre_deduct`, `mq.send_half` and, inside it, the
-//! `local_transaction` (run by the client on its own thread, attached through
-//! [`SendSpans`]) with its `lua.confirm`; `lua.release` after a failed send. The `lua.*`
+//! `local_transaction` (run by the client on its own thread, under the span the batcher
+//! handed the client beside the message) with its `lua.confirm`; `lua.release` after a failed send. The `lua.*`
 //! and `mq.send_half` spans only while spans are exported. A broker check-back arrives
 //! with nothing but the order token: it starts a trace of its own that names the token.
 
@@ -36,7 +36,7 @@ use stock_cache::StockCache;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-pub use confirm::{ConfirmInRedis, SendSpans};
+pub use confirm::ConfirmInRedis;
 use decision::{AfterSend, Reserved};
 
 use crate::rate_limit::{PurchaseSlot, RateLimits};
@@ -46,7 +46,6 @@ pub struct PurchaseDesk {
     cache: StockCache,
     sender: OrderBatcher,
     sold_out: Arc<SoldOutFlags>,
-    send_spans: Arc<SendSpans>,
     limits: Arc<RateLimits>,
     signer: TokenSigner,
 }
@@ -65,7 +64,6 @@ impl PurchaseDesk {
         cache: StockCache,
         sender: OrderBatcher,
         sold_out: Arc<SoldOutFlags>,
-        send_spans: Arc<SendSpans>,
         limits: Arc<RateLimits>,
         signer: TokenSigner,
     ) -> Self {
@@ -73,7 +71,6 @@ impl PurchaseDesk {
             cache,
             sender,
             sold_out,
-            send_spans,
             limits,
             signer,
         }
@@ -223,14 +220,12 @@ impl PurchaseDesk {
             reserved_at_ms,
         )
         .with_traceparent(platform::telemetry::traceparent_of(&cause));
-        self.send_spans.insert(&order.order_token, cause);
         let started = Instant::now();
         let sent = self
             .sender
-            .send(order.clone())
+            .send(order.clone(), cause)
             .instrument(send_span.clone())
             .await;
-        self.send_spans.remove(&order.order_token);
         metrics::histogram!("seckill_send_seconds").record(started.elapsed().as_secs_f64());
         match &sent {
             Ok(decision) => send_span.record("decision", record::answer(*decision)),

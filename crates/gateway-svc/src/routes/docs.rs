@@ -3,7 +3,6 @@
 //! added by hand).
 
 use actix_web::{HttpResponse, web};
-use platform::settings::AuthMode;
 use utoipa::OpenApi;
 
 use crate::openapi::{self, Document};
@@ -12,6 +11,7 @@ use crate::responses::{
     RateLimited, Unauthenticated, Unavailable,
 };
 use crate::routes::{OPS_PATHS, admin, buyer, orders, payments, reload};
+use crate::settings::AuthMode;
 
 #[derive(OpenApi)]
 #[openapi(

@@ -43,7 +43,7 @@ async fn one_purchase_is_one_trace_from_the_gateway_request_to_the_consumers_tra
     let receiver = Receiver::start().await;
     let stack = TestStack::new().await;
 
-    let consumer_settings = stack.settings(&[
+    let consumer_settings: order_consumer_svc::Settings = stack.settings(&[
         ("SECKILL_TELEMETRY__OTLP_ENDPOINT", &receiver.base_url()),
         ("SECKILL_TELEMETRY__LOG_FILTER", "warn"),
     ]);

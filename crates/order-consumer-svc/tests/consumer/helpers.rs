@@ -5,12 +5,12 @@ use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Integer, Unsigned, Varchar};
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
 use domain::{OrderPlaced, OrderToken, ProductId, UserId};
+use order_consumer_svc::Settings;
 use order_consumer_svc::writer::OrderWriter;
 use order_queue::{
     BatchHandler, BatchVerdict, Delivery, LocalTransaction, MqRuntime, OrderPublisher, TxDecision,
 };
 use order_store::{Db, UnwritableOrderRow};
-use platform::Settings;
 use stock_cache::StockCache;
 use test_support::service::InProcessService;
 use test_support::stack::TestStack;
@@ -266,7 +266,7 @@ pub async fn stop(service: InProcessService) -> (anyhow::Result<()>, Duration) {
 struct CommitAll;
 
 impl LocalTransaction for CommitAll {
-    fn execute(&self, _orders: &[OrderPlaced]) -> TxDecision {
+    fn execute(&self, _orders: &[OrderPlaced], _: &tracing::Span) -> TxDecision {
         TxDecision::Commit
     }
     fn check(&self, _order_tokens: &[OrderToken]) -> TxDecision {

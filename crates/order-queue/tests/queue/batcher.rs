@@ -156,7 +156,7 @@ async fn a_lone_winner_behind_a_stalled_send_leaves_on_its_own_once_its_patience
     .await;
 
     let queued_at = Instant::now();
-    let lone = tokio::time::timeout(WAIT, batcher.send(orders[1].clone()))
+    let lone = tokio::time::timeout(WAIT, batcher.send(orders[1].clone(), tracing::Span::none()))
         .await
         .expect("the lone winner is held as long as the stalled send");
     assert_eq!(lone.expect("sent"), TxDecision::Commit);
@@ -237,7 +237,7 @@ async fn a_full_message_leaves_without_waiting_for_its_linger() {
 /// Sends `order` through `batcher` from a task of its own.
 fn spawn_send(batcher: &OrderBatcher, order: &OrderPlaced) -> JoinHandle<BatchedSend> {
     let (batcher, order) = (batcher.clone(), order.clone());
-    tokio::spawn(async move { batcher.send(order).await })
+    tokio::spawn(async move { batcher.send(order, tracing::Span::none()).await })
 }
 
 async fn wait_until(done: impl Fn() -> bool, what: &str) {

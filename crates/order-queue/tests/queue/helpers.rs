@@ -97,7 +97,7 @@ impl Scripted {
 impl LocalTransaction for Scripted {
     /// The decision scripted for the message's first order (the tests script one per
     /// message).
-    fn execute(&self, orders: &[OrderPlaced]) -> TxDecision {
+    fn execute(&self, orders: &[OrderPlaced], _: &tracing::Span) -> TxDecision {
         self.executed.lock().unwrap().push(orders.len());
         let held = self.held.lock().unwrap();
         let is_held = |held: &mut Option<OrderToken>| {

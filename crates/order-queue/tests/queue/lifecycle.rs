@@ -53,7 +53,7 @@ async fn shutting_down_the_subscriber_lets_the_batch_in_flight_finish_and_hands_
     let order = order();
     local.script(&order.order_token, TxDecision::Commit, TxDecision::Commit);
     publisher
-        .send_in_transaction(std::slice::from_ref(&order))
+        .send_in_transaction(vec![order.clone()], tracing::Span::none())
         .await
         .expect("half message stored");
 
@@ -129,7 +129,7 @@ async fn a_send_with_no_broker_to_reach_fails_instead_of_reporting_a_decision() 
         local.script(&order.order_token, TxDecision::Commit, TxDecision::Commit);
         let started = Instant::now();
         let sent = publisher
-            .send_in_transaction(std::slice::from_ref(&order))
+            .send_in_transaction(vec![order.clone()], tracing::Span::none())
             .await;
         eprintln!(
             "[nobroker] send answered {sent:?} after {:?}",

@@ -17,7 +17,7 @@ async fn a_batch_answered_retry_later_is_redelivered_with_reconsume_times_at_lea
     let sent = Instant::now();
     stack
         .publisher
-        .send_in_transaction(std::slice::from_ref(&order))
+        .send_in_transaction(vec![order.clone()], tracing::Span::none())
         .await
         .expect("half message stored");
 

@@ -21,14 +21,14 @@ async fn ensuring_a_topic_twice_is_harmless_and_it_takes_sends_at_once() {
     let order = order();
     local.script(&order.order_token, TxDecision::Commit, TxDecision::Commit);
     let decision = publisher
-        .send_in_transaction(std::slice::from_ref(&order))
+        .send_in_transaction(vec![order.clone()], tracing::Span::none())
         .await
         .expect("half message stored");
     assert_eq!(decision, TxDecision::Commit);
 
     publisher.shutdown().await;
     let after = publisher
-        .send_in_transaction(std::slice::from_ref(&order))
+        .send_in_transaction(vec![order.clone()], tracing::Span::none())
         .await;
     assert!(
         matches!(after, Err(order_queue::MqError::ShutDown)),

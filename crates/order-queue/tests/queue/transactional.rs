@@ -16,7 +16,7 @@ async fn a_committed_transactional_message_is_delivered_once_with_its_key_body_a
     let sent = Instant::now();
     let decision = stack
         .publisher
-        .send_in_transaction(std::slice::from_ref(&order))
+        .send_in_transaction(vec![order.clone()], tracing::Span::none())
         .await
         .expect("half message stored");
     eprintln!("[commit] send_in_transaction took {:?}", sent.elapsed());
@@ -60,13 +60,13 @@ async fn a_rolled_back_transactional_message_is_never_delivered() {
 
     let decision = stack
         .publisher
-        .send_in_transaction(std::slice::from_ref(&rolled_back))
+        .send_in_transaction(vec![rolled_back.clone()], tracing::Span::none())
         .await
         .expect("half message stored");
     assert_eq!(decision, TxDecision::Rollback);
     let decision = stack
         .publisher
-        .send_in_transaction(std::slice::from_ref(&marker))
+        .send_in_transaction(vec![marker.clone()], tracing::Span::none())
         .await
         .expect("half message stored");
     assert_eq!(decision, TxDecision::Commit);
@@ -97,7 +97,7 @@ async fn an_unknown_local_transaction_is_resolved_by_the_check_back_and_delivere
     let sent = Instant::now();
     let decision = stack
         .publisher
-        .send_in_transaction(std::slice::from_ref(&order))
+        .send_in_transaction(vec![order.clone()], tracing::Span::none())
         .await
         .expect("half message stored");
     assert_eq!(decision, TxDecision::Unknown);

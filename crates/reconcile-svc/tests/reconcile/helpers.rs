@@ -7,7 +7,7 @@ use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsy
 use domain::{Closing, OrderPlaced, OrderToken, PreDeductOutcome, ProductId, UserId};
 use order_lifecycle::Ending;
 use order_store::{Payment, PaymentOutcome};
-use platform::Settings;
+use reconcile_svc::Settings;
 use reconcile_svc::report::{Finding, Outcome, Report};
 use reconcile_svc::{Application, ManualAction, Policy};
 use test_support::service::InProcessService;
