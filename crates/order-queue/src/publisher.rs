@@ -101,28 +101,17 @@ impl TransactionListener for ListenerAdapter {
     ) -> LocalTransactionState {
         // Every send of this crate hands its orders over; a message sent without them (by
         // another producer of the group) is read from its body.
-        let decoded;
-        let (orders, sent_under) = match arg.and_then(|arg| arg.downcast_ref::<SentAlong>()) {
-            Some(sent) => (&sent.orders, &sent.sent_under),
-            None => {
-                let body = message.get_body().map_or(&[][..], |body| body.as_ref());
-                match OrderPlaced::decode_all(body) {
-                    Ok(orders) => {
-                        decoded = (orders, tracing::Span::none());
-                        (&decoded.0, &decoded.1)
-                    }
-                    Err(error) => {
-                        error!(%error, topic = %message.topic(), "Half message body is not an order; rolling back.");
-                        return LocalTransactionState::RollbackMessage;
-                    }
-                }
-            }
-        };
-        if orders.is_empty() || !one_product(orders.iter().map(|o| &o.order_token)) {
-            error!(topic = %message.topic(), orders = orders.len(), "Half message holds no orders, or orders of several products; rolling back.");
-            return LocalTransactionState::RollbackMessage;
+        if let Some(sent) = arg.and_then(|arg| arg.downcast_ref::<SentAlong>()) {
+            return self.execute(message, &sent.orders, &sent.sent_under);
         }
-        self.local.execute(orders, sent_under).into()
+        let body = message.get_body().map_or(&[][..], |body| body.as_ref());
+        match OrderPlaced::decode_all(body) {
+            Ok(orders) => self.execute(message, &orders, &tracing::Span::none()),
+            Err(error) => {
+                error!(%error, topic = %message.topic(), "Half message body is not an order; rolling back.");
+                LocalTransactionState::RollbackMessage
+            }
+        }
     }
 
     fn check_local_transaction(&self, message: &MessageExt) -> LocalTransactionState {
@@ -134,6 +123,22 @@ impl TransactionListener for ListenerAdapter {
         let decision = self.local.check(&order_tokens);
         debug!(order_token = %order_tokens[0], orders = order_tokens.len(), ?decision, "Transaction check-back answered.");
         decision.into()
+    }
+}
+
+impl ListenerAdapter {
+    /// The local transaction for a message's orders: at least one, all of one product.
+    fn execute(
+        &self,
+        message: &dyn MessageTrait,
+        orders: &[OrderPlaced],
+        sent_under: &tracing::Span,
+    ) -> LocalTransactionState {
+        if orders.is_empty() || !one_product(orders.iter().map(|o| &o.order_token)) {
+            error!(topic = %message.topic(), orders = orders.len(), "Half message holds no orders, or orders of several products; rolling back.");
+            return LocalTransactionState::RollbackMessage;
+        }
+        self.local.execute(orders, sent_under).into()
     }
 }
 
