@@ -67,6 +67,10 @@ impl ServiceSettings for Settings {
 #[derive(Debug, Clone, Deserialize)]
 pub struct GatewaySettings {
     pub listen: String,
+    /// Where `/metrics` and `/admin` are served instead of `listen`; unset: on `listen`
+    /// too, with the rest of the API.
+    #[serde(default)]
+    pub ops_listen: Option<String>,
     pub max_body_bytes: usize,
     /// Largest header block accepted (431 above it).
     pub max_header_bytes: usize,

@@ -4,7 +4,8 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::dev::Server;
+use actix_web::body::MessageBody;
+use actix_web::dev::{Server, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::{App, HttpServer, middleware, web};
 use anyhow::Context;
 use domain::TokenSigner;
@@ -19,7 +20,7 @@ use stock_cache::{ReplicaWait, StockCache};
 use crate::identity::IdentityConfig;
 use crate::purchase::{ConfirmInRedis, PurchaseDesk};
 use crate::rate_limit::RateLimits;
-use crate::routes::{self, AppState};
+use crate::routes::{self, AppState, Audience};
 use crate::settings::Settings;
 use crate::sold_out::SoldOutFlags;
 use crate::watch::OrderWatch;
@@ -41,10 +42,15 @@ const MQ_BLOCKING_PARALLELISM: usize = 64;
 const ACCEPT_BACKLOG: u32 = 4096;
 const MAX_CONNECTION_RATE: usize = 4096;
 
+/// Redis and MySQL connections of the ops server (`gateway.ops_listen`), each.
+const OPS_POOL: usize = 2;
+
 /// A built gateway: bound, connected, not yet serving.
 pub struct Application {
     port: u16,
     server: Server,
+    /// With `gateway.ops_listen` set: its port, and the server of `/metrics` and `/admin`.
+    ops_server: Option<(u16, Server)>,
     shared: SharedState,
     publisher: Arc<OrderPublisher>,
     mq_runtime: MqRuntime,
@@ -105,7 +111,16 @@ struct SharedState {
 impl SharedState {
     /// Called on each worker's thread, when actix-web builds its app.
     fn for_this_worker(&self) -> AppState {
-        let cache = self.cache.with_own_pool(self.redis_per_worker);
+        self.with_pools(self.redis_per_worker, self.mysql_per_worker)
+    }
+
+    /// For the ops server's one worker: an operator's calls, a few at a time.
+    fn for_operators(&self) -> AppState {
+        self.with_pools(OPS_POOL, OPS_POOL)
+    }
+
+    fn with_pools(&self, redis: usize, mysql: usize) -> AppState {
+        let cache = self.cache.with_own_pool(redis);
         AppState {
             desk: Arc::new(PurchaseDesk::new(
                 cache.clone(),
@@ -115,7 +130,7 @@ impl SharedState {
                 self.signer.clone(),
             )),
             cache,
-            db: self.db.with_own_pool(self.mysql_per_worker),
+            db: self.db.with_own_pool(mysql),
             signer: self.signer.clone(),
             limits: self.limits.clone(),
             sold_out: self.sold_out.clone(),
@@ -131,6 +146,8 @@ impl SharedState {
 
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        // The recorder first: a series recorded before it is installed is lost.
+        ops::metrics_handle();
         let signer = token_signer(&settings)?;
         let redis = &settings.redis;
         let redis_timeout = Duration::from_millis(redis.timeout_ms);
@@ -194,44 +211,33 @@ impl Application {
             watch_recheck: Duration::from_secs(settings.orders.watch_recheck_secs.max(1)),
         };
         let events = shared.cache.event_source();
-        let webhook_key = web::Data::new(domain::WebhookKey::new(
-            settings.payments.webhook_secret.expose_secret().as_bytes(),
-        ));
-        let openapi = web::Data::new(routes::docs::served(settings.auth.mode));
-        let identity = web::Data::new(IdentityConfig::new(
-            &settings.auth,
-            settings.admin.token.clone(),
-        ));
-        let metrics = ops::metrics_handle();
-
-        let listener = TcpListener::bind(&settings.gateway.listen)
-            .with_context(|| format!("cannot bind {}", settings.gateway.listen))?;
-        let port = listener.local_addr()?.port();
-        let max_body = settings.gateway.max_body_bytes;
+        let apps = AppParts {
+            shared: shared.clone(),
+            identity: web::Data::new(IdentityConfig::new(
+                &settings.auth,
+                settings.admin.token.clone(),
+            )),
+            openapi: web::Data::new(routes::docs::served(settings.auth.mode)),
+            webhook_key: web::Data::new(domain::WebhookKey::new(
+                settings.payments.webhook_secret.expose_secret().as_bytes(),
+            )),
+            header_cap: routes::HeaderCap(settings.gateway.max_header_bytes),
+            max_body: settings.gateway.max_body_bytes,
+        };
         let grace = Duration::from_secs(settings.gateway.shutdown_grace_secs);
         // actix-web takes a zero keep-alive for none.
         let keep_alive = Duration::from_secs(settings.gateway.keep_alive_secs);
-        let header_cap = routes::HeaderCap(settings.gateway.max_header_bytes);
-        let worker_parts = shared.clone();
+
+        let (public, ops) = match &settings.gateway.ops_listen {
+            None => (Audience::Everyone, None),
+            Some(address) => (Audience::Public, Some(address)),
+        };
+        let listener = bind(&settings.gateway.listen)?;
+        let port = listener.local_addr()?.port();
+        let public_apps = apps.clone();
         let server = HttpServer::new(move || {
-            let state = web::Data::new(worker_parts.for_this_worker());
-            let ops_state = OpsState {
-                ready: readiness(&state),
-                metrics: metrics.clone(),
-            };
-            App::new()
-                .wrap(middleware::from_fn(routes::cap_headers))
-                // One span and the request series per request (the ops endpoints aside);
-                // outermost, so that it sees the header cap's refusals too.
-                .wrap(middleware::from_fn(platform::http::observe))
-                .app_data(header_cap)
-                .app_data(state)
-                .app_data(identity.clone())
-                .app_data(openapi.clone())
-                .app_data(webhook_key.clone())
-                .configure(|cfg| ops::configure(cfg, ops_state))
-                .configure(|cfg| routes::configure(cfg, max_body))
-                .default_service(web::to(routes::not_found))
+            let state = public_apps.for_this_worker();
+            public_apps.clone().app(public, state)
         })
         .workers(workers)
         .keep_alive(keep_alive)
@@ -241,10 +247,29 @@ impl Application {
         .disable_signals()
         .listen(listener)?
         .run();
+        let ops_server = match ops {
+            None => None,
+            Some(address) => {
+                let listener = bind(address)?;
+                let ops_port = listener.local_addr()?.port();
+                let server = HttpServer::new(move || {
+                    let state = apps.for_operators();
+                    apps.clone().app(Audience::Operators, state)
+                })
+                .workers(1)
+                .keep_alive(keep_alive)
+                .shutdown_timeout(grace.as_secs())
+                .disable_signals()
+                .listen(listener)?
+                .run();
+                Some((ops_port, server))
+            }
+        };
 
         Ok(Self {
             port,
             server,
+            ops_server,
             shared,
             publisher,
             mq_runtime,
@@ -256,6 +281,11 @@ impl Application {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The port of `/metrics` and `/admin` when `gateway.ops_listen` is set.
+    pub fn ops_port(&self) -> Option<u16> {
+        self.ops_server.as_ref().map(|(port, _)| *port)
     }
 
     /// Serves until `shutdown` fires, then stops taking requests, lets in-flight ones
@@ -270,17 +300,23 @@ impl Application {
             self.shared.sold_out.clone(),
             shutdown.clone(),
         ));
-        let handle = self.server.handle();
-        let server = tokio::spawn(self.server);
+        let mut handles = vec![self.server.handle()];
+        let mut servers = vec![tokio::spawn(self.server)];
+        if let Some((_, ops_server)) = self.ops_server {
+            handles.push(ops_server.handle());
+            servers.push(tokio::spawn(ops_server));
+        }
         shutdown.cancelled().await;
         tracing::info!("Stopping: no new requests; finishing in-flight ones.");
         // Streams and long-polls would otherwise hold the stop open for the whole grace.
         self.shared.watch.close();
-        let stopped = tokio::time::timeout(self.grace, handle.stop(true)).await;
-        if stopped.is_err() {
+        let stops = futures::future::join_all(handles.iter().map(|handle| handle.stop(true)));
+        if tokio::time::timeout(self.grace, stops).await.is_err() {
             tracing::warn!("In-flight requests did not finish within the grace period.");
         }
-        let _ = server.await;
+        for server in servers {
+            let _ = server.await;
+        }
         watchers.abort();
         follower.abort();
         self.publisher.shutdown().await;
@@ -290,6 +326,73 @@ impl Application {
         tracing::info!("Gateway stopped.");
         Ok(())
     }
+}
+
+/// What every app of the gateway is built from, on each worker's thread.
+#[derive(Clone)]
+struct AppParts {
+    shared: SharedState,
+    identity: web::Data<IdentityConfig>,
+    openapi: web::Data<crate::openapi::Document>,
+    webhook_key: web::Data<domain::WebhookKey>,
+    header_cap: routes::HeaderCap,
+    max_body: usize,
+}
+
+impl AppParts {
+    fn for_this_worker(&self) -> AppState {
+        self.shared.for_this_worker()
+    }
+
+    fn for_operators(&self) -> AppState {
+        self.shared.for_operators()
+    }
+
+    /// The endpoints of `audience`, over `state`. Takes the parts by value: the app they
+    /// build outlives the factory call that builds it.
+    fn app(
+        self,
+        audience: Audience,
+        state: AppState,
+    ) -> App<
+        impl ServiceFactory<
+            ServiceRequest,
+            Config = (),
+            Response = ServiceResponse<impl MessageBody>,
+            Error = actix_web::Error,
+            InitError = (),
+        >,
+    > {
+        let state = web::Data::new(state);
+        let ops_state = OpsState {
+            ready: readiness(&state),
+            metrics: ops::metrics_handle(),
+        };
+        let max_body = self.max_body;
+        App::new()
+            .wrap(middleware::from_fn(routes::cap_headers))
+            // One span and the request series per request (the ops endpoints aside);
+            // outermost, so that it sees the header cap's refusals too.
+            .wrap(middleware::from_fn(platform::http::observe))
+            .app_data(self.header_cap)
+            .app_data(state)
+            .app_data(self.identity)
+            .app_data(self.openapi)
+            .app_data(self.webhook_key)
+            .configure(|cfg| {
+                if audience.answers("/metrics") {
+                    ops::configure(cfg, ops_state);
+                } else {
+                    ops::configure_probes(cfg, ops_state);
+                }
+            })
+            .configure(|cfg| routes::configure(cfg, max_body, audience))
+            .default_service(web::to(routes::not_found))
+    }
+}
+
+fn bind(address: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(address).with_context(|| format!("cannot bind {address}"))
 }
 
 /// Ready while Redis answers. MySQL is not asked: the purchase never touches it, so a MySQL

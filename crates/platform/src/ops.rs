@@ -206,10 +206,16 @@ pub struct OpsState {
 
 /// Mounts the three endpoints into an actix-web app.
 pub fn configure(cfg: &mut web::ServiceConfig, state: OpsState) {
+    configure_probes(cfg, state);
+    cfg.route("/metrics", web::get().to(render_metrics));
+}
+
+/// Mounts `/healthz` and `/readyz` only: for a server that answers the public, where the
+/// kubelet still probes but `/metrics` is not to be read.
+pub fn configure_probes(cfg: &mut web::ServiceConfig, state: OpsState) {
     cfg.app_data(web::Data::new(state))
         .route("/healthz", web::get().to(healthz))
-        .route("/readyz", web::get().to(readyz))
-        .route("/metrics", web::get().to(render_metrics));
+        .route("/readyz", web::get().to(readyz));
 }
 
 async fn healthz() -> HttpResponse {

@@ -95,6 +95,8 @@ pub struct ProductState {
 pub struct Gateway {
     client: Client,
     base: String,
+    /// Where `/admin` is: `base`, unless the gateway serves it on an ops port.
+    admin_base: String,
     admin_token: String,
 }
 
@@ -118,11 +120,22 @@ impl Gateway {
             // A proxy from the environment would sit between us and a local gateway.
             .no_proxy()
             .build()?;
+        let base = base.trim_end_matches('/').to_owned();
         Ok(Self {
             client,
-            base: base.trim_end_matches('/').to_owned(),
+            admin_base: base.clone(),
+            base,
             admin_token: admin_token.to_owned(),
         })
+    }
+
+    /// Sends the admin calls to `admin_base` (a gateway with `gateway.ops_listen` set
+    /// serves `/admin` there, not on its public port); `None` leaves them on the base URL.
+    pub fn with_admin_base(mut self, admin_base: Option<&str>) -> Self {
+        if let Some(admin_base) = admin_base {
+            self.admin_base = admin_base.trim_end_matches('/').to_owned();
+        }
+        self
     }
 
     pub fn base(&self) -> &str {
@@ -152,7 +165,7 @@ impl Gateway {
         }
         let request = self
             .client
-            .put(format!("{}/admin/v1/products/{product}", self.base))
+            .put(format!("{}/admin/v1/products/{product}", self.admin_base))
             .bearer_auth(&self.admin_token)
             .json(&body);
         send::<serde_json::Value>(request).await.map(drop)
@@ -161,7 +174,7 @@ impl Gateway {
     pub async fn product_state(&self, product: u64) -> Reply<ProductState> {
         let request = self
             .client
-            .get(format!("{}/admin/v1/products/{product}", self.base))
+            .get(format!("{}/admin/v1/products/{product}", self.admin_base))
             .bearer_auth(&self.admin_token);
         send(request).await
     }

@@ -55,6 +55,9 @@ const CONFIRM_GRACE: Duration = Duration::from_secs(3);
 pub struct SaleConfig {
     /// The gateway's base URL.
     pub gateway: String,
+    /// The gateway's ops URL, when it serves `/admin` apart (`gateway.ops_listen`); `None`:
+    /// `/admin` is on `gateway`.
+    pub admin: Option<String>,
     pub admin_token: String,
     /// Replaced (`force`) by the sale: use a product nothing else relies on.
     pub product_id: u64,
@@ -92,6 +95,7 @@ impl SaleConfig {
     pub fn new(product_id: u64) -> Self {
         Self {
             gateway: "http://127.0.0.1:8080".to_owned(),
+            admin: None,
             admin_token: "dev-admin-token".to_owned(),
             product_id,
             stock: 500,
@@ -129,7 +133,8 @@ impl SaleConfig {
 pub async fn run_sale(config: &SaleConfig) -> anyhow::Result<SaleReport> {
     let concurrency = config.concurrency.max(1);
     let gateway = Gateway::new(&config.gateway, &config.admin_token, config.idle_close)
-        .context("cannot build the HTTP client")?;
+        .context("cannot build the HTTP client")?
+        .with_admin_base(config.admin.as_deref());
     let product = config.product_id;
 
     gateway

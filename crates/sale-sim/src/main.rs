@@ -17,6 +17,9 @@ struct Cli {
     /// The gateway's base URL.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     gateway: String,
+    /// Where the gateway serves `/admin`, when not on --gateway (`gateway.ops_listen`).
+    #[arg(long)]
+    admin_url: Option<String>,
     /// The gateway's admin token.
     #[arg(long, env = "SECKILL_ADMIN__TOKEN", default_value = "dev-admin-token")]
     admin_token: String,
@@ -159,6 +162,7 @@ async fn main() -> ExitCode {
     };
     let config = SaleConfig {
         gateway: cli.gateway,
+        admin: cli.admin_url,
         admin_token: cli.admin_token,
         product_id: cli.product.unwrap_or_else(product_from_clock),
         stock: cli.stock,

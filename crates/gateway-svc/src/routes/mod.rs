@@ -113,9 +113,33 @@ pub fn product_id(raw: &str) -> Result<ProductId, ApiError> {
         .map_err(|_| ApiError::BadRequest(format!("product id `{raw}` is not a u64")))
 }
 
-/// The ops endpoints that `platform::ops::configure` mounts on the gateway's server, all
-/// `GET`. Listed here because their handlers live in `platform`.
+/// The ops endpoints that `platform::ops` mounts on the gateway's servers, all `GET`.
+/// Listed here because their handlers live in `platform`.
 pub const OPS_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+
+/// Which of the gateway's endpoints one of its servers answers. With `gateway.ops_listen`
+/// unset, one server answers everything, as the API documents it; set, the public port
+/// answers buyers and the payment provider, and the ops port the operators and Prometheus,
+/// so that a network policy can keep `/admin` and `/metrics` from the internet. Both answer
+/// the probes: the kubelet asks the public port whether buyers are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    Everyone,
+    Public,
+    Operators,
+}
+
+impl Audience {
+    pub fn answers(self, path: &str) -> bool {
+        let for_operators = path.starts_with("/admin/") || path == "/metrics";
+        let probe = path == "/healthz" || path == "/readyz";
+        match self {
+            Audience::Everyone => true,
+            Audience::Public => !for_operators,
+            Audience::Operators => for_operators || probe,
+        }
+    }
+}
 
 /// The gateway's own routes: (method, path, handler, which requests need no span — see
 /// `platform::http::traced`). [`configure`] mounts exactly these, and [`routes`] lists them
@@ -186,19 +210,21 @@ fn api_routes() -> Vec<(Method, &'static str, Route, Option<Quiet>)> {
     ]
 }
 
-/// Every (method, path) the gateway's server answers: its own routes and the ops endpoints.
-pub fn routes() -> Vec<(Method, &'static str)> {
+/// Every (method, path) a server of the gateway answers: its own routes and the ops
+/// endpoints, those of `audience`.
+pub fn routes(audience: Audience) -> Vec<(Method, &'static str)> {
     api_routes()
         .into_iter()
         .map(|(method, path, ..)| (method, path))
         .chain(OPS_PATHS.map(|path| (Method::GET, path)))
+        .filter(|(_, path)| audience.answers(path))
         .collect()
 }
 
-/// Registers every route, with the extractor errors mapped to the API's error shape. Call
-/// it after `platform::ops::configure`: the 405 fallbacks registered here cover the ops
-/// paths too, and a fallback must come after the routes of its path.
-pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
+/// Registers the routes of `audience`, with the extractor errors mapped to the API's error
+/// shape. Call it after `platform::ops`' mounts: the 405 fallbacks registered here cover
+/// the ops paths too, and a fallback must come after the routes of its path.
+pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize, audience: Audience) {
     cfg.app_data(
         web::JsonConfig::default()
             .limit(max_body_bytes)
@@ -211,6 +237,9 @@ pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
     // them), wrapped in its request span, which is told its route here: no one matches
     // the path again to find it.
     for (method, path, route, quiet) in api_routes() {
+        if !audience.answers(path) {
+            continue;
+        }
         cfg.service(
             web::resource(path)
                 .guard(guard::Method(method))
@@ -223,7 +252,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
     // A request for a known path with another method falls through to here: a 405 that
     // names the methods the path has (an unknown path goes on to the app's 404).
     let mut allowed: BTreeMap<&str, Vec<Method>> = BTreeMap::new();
-    for (method, path) in routes() {
+    for (method, path) in routes(audience) {
         allowed.entry(path).or_default().push(method);
     }
     for (path, methods) in allowed {

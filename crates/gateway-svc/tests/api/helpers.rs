@@ -10,6 +10,12 @@ pub const ADMIN: &str = "dev-admin-token";
 /// The payment provider's key of local runs (config/local.toml).
 pub const WEBHOOK_SECRET: &str = "dev-webhook-secret-change-me";
 
+/// `path` with a value for each path parameter the gateway has, so that it can be requested.
+pub fn concrete(path: &str) -> String {
+    path.replace("{product_id}", "1")
+        .replace("{order_token}", "1-0123456789abcdef0123456789abcdef")
+}
+
 pub struct TestApp {
     pub address: String,
     pub client: reqwest::Client,

@@ -10,6 +10,7 @@ mod identity;
 mod lifecycle;
 mod observability;
 mod openapi;
+mod ops_port;
 mod purchase;
 mod reload;
 mod replicas;
