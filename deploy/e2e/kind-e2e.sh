@@ -8,6 +8,8 @@
 #   5. applies k8s/overlays/kind: the namespace and the dependencies (Redis, MySQL,
 #      RocketMQ) first, waits for them, then everything; waits for the migration Job and
 #      the rollouts, and for the gateway's /readyz on the NodePort (127.0.0.1:18080);
+#      forwards the gateway's ops port (/admin, /metrics) to 127.0.0.1:19090, since its
+#      NetworkPolicy admits no one from outside the cluster;
 #   6. runs a sale with sale-sim, and once the first orders reach MySQL scales the
 #      consumer Deployment from 1 to 3 replicas while the sale is still on;
 #   7. asserts the invariants: exactly `stock` units sold, orders in MySQL = purchases
@@ -46,6 +48,7 @@ concurrency="${E2E_CONCURRENCY:-100}"
 scale_to="${E2E_SCALE_TO:-3}"
 timeout="${E2E_TIMEOUT:-600}"
 gateway_url="http://127.0.0.1:18080"
+ops_url="http://127.0.0.1:19090"
 work="$(mktemp -d)"
 kind_version_wanted="v0.31.0"
 
@@ -138,6 +141,7 @@ finish() {
       kq logs -l "app.kubernetes.io/name=${app}" --tail=40 --all-containers --prefix 2>/dev/null || true
     done
   fi
+  [[ -z ${forward_pid:-} ]] || kill "$forward_pid" 2>/dev/null || true
   rm -rf "$work"
   if ((keep)); then
     log "KEEP=1: the cluster stays (kubectl --context ${context} -n ${namespace} get pods; kind delete cluster --name ${cluster})"
@@ -225,13 +229,30 @@ wait_gateway() {
 }
 do_ "wait until curl ${gateway_url}/readyz answers 200 (NodePort 30080 → host 127.0.0.1:18080)" wait_gateway
 
+# /admin and /metrics are on the gateway's ops port, which its NetworkPolicy opens to the
+# monitoring and operator namespaces only: a port-forward reaches it as an operator would.
+forward_pid=""
+printf '+ %s &\n' "$(quoted "$kubectl_bin" --context "$context" -n "$namespace" port-forward service/gateway-svc-ops 19090:ops)"
+if ((!dry_run)); then
+  kq port-forward service/gateway-svc-ops 19090:ops >"${work}/port-forward.log" 2>&1 &
+  forward_pid=$!
+fi
+wait_ops() {
+  local deadline=$((SECONDS + 60))
+  until curl -fsS -o /dev/null --max-time 2 "${ops_url}/readyz"; do
+    ((SECONDS < deadline)) || die "the gateway's ops port does not answer ${ops_url}/readyz: $(cat "${work}/port-forward.log")"
+    sleep 1
+  done
+}
+do_ "wait until curl ${ops_url}/readyz answers 200 (the forwarded ops port)" wait_ops
+
 # --- 6. sale, and the consumer scaled in the middle of it ------------------------------------
 step "6. sale: ${buyers} buyers for ${stock} units; consumer 1 → ${scale_to} replicas mid-sale"
 admin_token="$(sed -n 's/^SECKILL_ADMIN__TOKEN=//p' k8s/overlays/kind/secrets.env)"
 [[ -n $admin_token ]] || die "no SECKILL_ADMIN__TOKEN in k8s/overlays/kind/secrets.env"
 product=$((2000000 + $(date +%s) % 1000000))
 report="${work}/sale.json"
-sale_cmd=("$sale_sim" --gateway "$gateway_url" --product "$product" --stock "$stock"
+sale_cmd=("$sale_sim" --gateway "$gateway_url" --admin-url "$ops_url" --product "$product" --stock "$stock"
   --buyers "$buyers" --concurrency "$concurrency" --drain-timeout-secs "$timeout" --json --no-progress)
 printf '+ SECKILL_ADMIN__TOKEN=*** %s > %s &\n' "$(quoted "${sale_cmd[@]}")" "$report"
 sale_pid=""
@@ -243,7 +264,7 @@ fi
 # Orders in MySQL for the product, from the gateway's admin API (0 until the product exists).
 orders_in_mysql() {
   curl -fsS --max-time 2 -H "Authorization: Bearer ${admin_token}" \
-    "${gateway_url}/admin/v1/products/${product}" 2>/dev/null |
+    "${ops_url}/admin/v1/products/${product}" 2>/dev/null |
     python3 -c 'import json, sys; print(json.load(sys.stdin).get("orders", 0))' 2>/dev/null || echo 0
 }
 wait_first_orders() {
@@ -257,7 +278,7 @@ wait_first_orders() {
     die "the sale ended before the consumer could be scaled (raise E2E_BUYERS)"
   log "${orders} orders in MySQL, sale still on: scaling the consumer"
 }
-do_ "poll GET ${gateway_url}/admin/v1/products/${product} until MySQL holds its first orders, sale-sim still running" wait_first_orders
+do_ "poll GET ${ops_url}/admin/v1/products/${product} until MySQL holds its first orders, sale-sim still running" wait_first_orders
 k scale deployment/order-consumer-svc --replicas "$scale_to"
 k rollout status deployment/order-consumer-svc --timeout "${timeout}s"
 
