@@ -13,9 +13,14 @@
 #                               connections and takes in what is sent, but answers nothing
 #   stack.sh wipe <component>   delete its data (it is restarted, empty, if it was running)
 #
-# Components and ports: redis 16379, mariadb 13306, namesrv 19876, broker 20911 (also
-# 20909 and 20912). A component already answering on its port is left alone. Data
-# survives down/up.
+# Components and ports: redis 16379 (and TLS on 16380), mariadb 13306 (TLS offered on
+# the same port), namesrv 19876, broker 20911 (also 20909 and 20912). A component already
+# answering on its port is left alone. Data survives down/up.
+#
+# TLS: Redis's TLS port and MariaDB present a certificate for 127.0.0.1 signed by a CA of
+# the run folder's own (stack/tls/, made once by tls-certs.sh). Redis's TLS port asks every
+# client for a certificate of that CA; MariaDB asks only the user seckill_tls (REQUIRE
+# X509), and seckill may connect with TLS or without.
 #
 # Environment:
 #   SECKILL_STACK_SKIP_MQ=1        up/down/status leave RocketMQ out
@@ -28,8 +33,8 @@
 #                                  lifecycle lines)
 #   SECKILL_STACK_START_TIMEOUT    seconds to wait for a component to answer (default 120)
 #   SECKILL_STACK_STOP_TIMEOUT     seconds before SIGKILL on stop (default 30)
-#   SECKILL_STACK_{REDIS,MYSQL,NAMESRV,BROKER}_PORT   other ports (the broker also takes
-#                                  port - 2 and port + 1)
+#   SECKILL_STACK_{REDIS,MYSQL,NAMESRV,BROKER}_PORT   other ports (Redis also takes
+#                                  port + 1 for TLS; the broker port - 2 and port + 1)
 set -euo pipefail
 
 # shellcheck source=deploy/local/common.sh
@@ -41,12 +46,14 @@ run_dir="${SECKILL_RUN_DIR:-${repo}/.run}"
 mkdir -p "$run_dir"
 run_dir="$(cd "$run_dir" && pwd)"
 stack_dir="${run_dir}/stack"
+tls_dir="${stack_dir}/tls"
 cache="${SECKILL_CACHE:-${HOME}/.cache/seckill}"
 mq_root="${cache}/rocketmq-${ROCKETMQ_VERSION:-1.0.0}"
 
 # The services' defaults (config/default.toml) expect these ports; overriding one
 # means overriding the services' settings too (SECKILL_REDIS__URL, ...).
 readonly REDIS_PORT="${SECKILL_STACK_REDIS_PORT:-16379}"
+readonly REDIS_TLS_PORT=$((REDIS_PORT + 1))
 readonly MYSQL_PORT="${SECKILL_STACK_MYSQL_PORT:-13306}"
 readonly NAMESRV_PORT="${SECKILL_STACK_NAMESRV_PORT:-19876}"
 readonly BROKER_PORT="${SECKILL_STACK_BROKER_PORT:-20911}"
@@ -185,16 +192,19 @@ mariadb_client_args() {
 prepare_redis() {
   local d="$1"
   mkdir -p "${d}/data"
+  "${here}/tls-certs.sh" "$tls_dir"
   render "${here}/redis/redis.conf.tmpl" "${d}/redis.conf" \
-    "PORT=${REDIS_PORT}" "DATA_DIR=${d}/data"
+    "PORT=${REDIS_PORT}" "DATA_DIR=${d}/data" "TLS_PORT=${REDIS_TLS_PORT}" "TLS_DIR=${tls_dir}"
   cmd=(redis-server "${d}/redis.conf")
 }
 
 prepare_mariadb() {
   local d="$1" user
   user="$(id -un)"
+  "${here}/tls-certs.sh" "$tls_dir"
   render "${here}/mariadb/my.cnf.tmpl" "${d}/my.cnf" \
-    "PORT=${MYSQL_PORT}" "DIR=${d}" "DATA_DIR=${d}/data" "SOCKET=${d}/mariadb.sock"
+    "PORT=${MYSQL_PORT}" "DIR=${d}" "DATA_DIR=${d}/data" "SOCKET=${d}/mariadb.sock" \
+    "TLS_DIR=${tls_dir}"
   if [[ ! -f ${d}/initialised ]]; then
     log "mariadb: initialising ${d}/data"
     rm -rf "${d}/data"
@@ -269,6 +279,8 @@ CREATE USER IF NOT EXISTS 'seckill'@'localhost' IDENTIFIED BY 'seckill';
 CREATE USER IF NOT EXISTS 'seckill'@'127.0.0.1' IDENTIFIED BY 'seckill';
 GRANT ALL PRIVILEGES ON *.* TO 'seckill'@'localhost';
 GRANT ALL PRIVILEGES ON *.* TO 'seckill'@'127.0.0.1';
+CREATE USER IF NOT EXISTS 'seckill_tls'@'127.0.0.1' IDENTIFIED BY 'seckill' REQUIRE X509;
+GRANT ALL PRIVILEGES ON *.* TO 'seckill_tls'@'127.0.0.1';
 SQL
   mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$MYSQL_PORT" -useckill -pseckill \
     --connect-timeout=5 -e 'SELECT 1' seckill >/dev/null

@@ -4,10 +4,12 @@
 use std::collections::BTreeMap;
 
 use order_queue::MqSettings;
+use order_store::MysqlSettings;
 use platform::ServiceSettings;
-use platform::settings::{MysqlSettings, RedisSettings, TelemetrySettings, TokenSettings};
+use platform::settings::{TelemetrySettings, TokenSettings};
 use secrecy::SecretString;
 use serde::Deserialize;
+use stock_cache::RedisSettings;
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct Settings {
@@ -35,6 +37,8 @@ impl ServiceSettings for Settings {
     }
 
     fn check(&self) -> Result<(), String> {
+        self.redis.check()?;
+        self.mysql.check()?;
         self.rocketmq.check()?;
         self.tokens.check()
     }

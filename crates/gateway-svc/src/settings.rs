@@ -3,13 +3,14 @@
 use std::collections::BTreeMap;
 
 use order_queue::MqSettings;
+use order_store::MysqlSettings;
 use platform::ServiceSettings;
 use platform::settings::{
-    AdminSettings, MysqlSettings, OrderSettings, RedisSettings, TelemetrySettings, TokenSettings,
-    unset_secret,
+    AdminSettings, OrderSettings, TelemetrySettings, TokenSettings, unset_secret,
 };
 use secrecy::SecretString;
 use serde::Deserialize;
+use stock_cache::RedisSettings;
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct Settings {
@@ -55,6 +56,8 @@ impl ServiceSettings for Settings {
     }
 
     fn check(&self) -> Result<(), String> {
+        self.redis.check()?;
+        self.mysql.check()?;
         self.rocketmq.check()?;
         self.tokens.check()
     }

@@ -73,7 +73,7 @@ fn token_signer(settings: &Settings) -> anyhow::Result<TokenSigner> {
 }
 
 /// `redis.wait_replicas` and `redis.wait_timeout_ms` (0: `redis.timeout_ms`).
-fn replica_wait(redis: &platform::settings::RedisSettings) -> Option<ReplicaWait> {
+fn replica_wait(redis: &stock_cache::RedisSettings) -> Option<ReplicaWait> {
     let timeout_ms = match redis.wait_timeout_ms {
         0 => redis.timeout_ms,
         ms => ms,
@@ -150,15 +150,15 @@ impl Application {
         ops::metrics_handle();
         let signer = token_signer(&settings)?;
         let redis = &settings.redis;
-        let redis_timeout = Duration::from_millis(redis.timeout_ms);
-        let cache = StockCache::new(&redis.url, 2, &redis.key_prefix, redis_timeout)
+        let cache = redis
+            .open(2)
             .context("cannot set up Redis")?
             .waiting_for_replicas(replica_wait(redis));
-        let mysql_url = settings.mysql.url.expose_secret();
-        order_store::migrate(mysql_url)
+        let mysql = settings.mysql.endpoint().context("cannot set up MySQL")?;
+        order_store::migrate(&mysql)
             .await
             .context("cannot migrate MySQL")?;
-        let db = Db::connect(mysql_url, settings.mysql.pool_size).context("cannot set up MySQL")?;
+        let db = Db::connect(&mysql, settings.mysql.pool_size).context("cannot set up MySQL")?;
 
         let confirm_runtime =
             SideRuntime::new("confirm", 2).context("cannot start the confirm runtime")?;

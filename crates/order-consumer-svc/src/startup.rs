@@ -13,7 +13,6 @@ use order_store::Db;
 use platform::ops::{self, OpsState};
 use platform::runtime::SideRuntime;
 use platform::shutdown::Shutdown;
-use secrecy::ExposeSecret;
 use stock_cache::StockCache;
 
 use crate::backlog::{self, OrdersPerMessage};
@@ -46,22 +45,17 @@ pub struct Application {
 }
 
 fn connect(settings: &Settings, pool_size: usize) -> anyhow::Result<(Db, StockCache)> {
-    let redis = &settings.redis;
-    let cache = StockCache::new(
-        &redis.url,
-        pool_size,
-        &redis.key_prefix,
-        Duration::from_millis(redis.timeout_ms),
-    )
-    .context("cannot set up Redis")?;
-    let db = Db::connect(settings.mysql.url.expose_secret(), pool_size)
-        .context("cannot set up MySQL")?;
+    let cache = settings
+        .redis
+        .open(pool_size)
+        .context("cannot set up Redis")?;
+    let db = Db::connect(&settings.mysql.endpoint()?, pool_size).context("cannot set up MySQL")?;
     Ok((db, cache))
 }
 
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        order_store::migrate(settings.mysql.url.expose_secret())
+        order_store::migrate(settings.mysql.endpoint()?)
             .await
             .context("cannot migrate MySQL")?;
         let consumer = &settings.consumer;

@@ -18,6 +18,7 @@ use diesel_async::pooled_connection::{
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
 
 use crate::error::{Result, StoreError, breaks_connection};
+use crate::settings::Endpoint;
 
 /// How long a caller waits for a free connection (or a new one to be made) before the
 /// call fails as retryable. deadpool itself would wait for ever without a runtime-bound
@@ -37,7 +38,7 @@ pub struct Db {
     /// The connections; deadpool hands each out to one caller at a time.
     pool: Pool<AsyncMysqlConnection>,
     /// Kept for [`Db::with_own_pool`]; it carries the password, so it is never printed.
-    url: Arc<str>,
+    endpoint: Arc<Endpoint>,
     /// See [`DEFAULT_ACQUIRE_TIMEOUT`].
     acquire_timeout: Duration,
 }
@@ -55,10 +56,13 @@ impl fmt::Debug for Db {
 }
 
 impl Db {
-    /// Builds a pool of at most `pool_size` connections to `url`
-    /// (`mysql://user:password@host:port/database`). Connections are made lazily, so this
-    /// succeeds while the database is down; call [`Db::ping`] to find out.
-    pub fn connect(url: &str, pool_size: usize) -> Result<Self> {
+    /// Builds a pool of at most `pool_size` connections to `endpoint`: a URL
+    /// (`mysql://user:password@host:port/database`), or
+    /// [`MysqlSettings::endpoint`](crate::MysqlSettings::endpoint) for TLS. Connections are
+    /// made lazily, so this succeeds while the database is down; call [`Db::ping`] to find
+    /// out.
+    pub fn connect(endpoint: impl Into<Endpoint>, pool_size: usize) -> Result<Self> {
+        let endpoint = Arc::new(endpoint.into());
         if pool_size == 0 {
             return Err(StoreError::InvalidData(
                 "the pool size must be at least 1".into(),
@@ -72,17 +76,20 @@ impl Db {
         // keeps Fast's zero round trips for a connection in steady use and drops one whose
         // last statement lost the connection.
         let mut config = ManagerConfig::default();
-        config.custom_setup = Box::new(establish);
+        let for_pool = endpoint.clone();
+        config.custom_setup = Box::new(move |_url| establish(for_pool.clone()));
         config.recycling_method = RecyclingMethod::CustomFunction(Box::new(recycle));
-        let manager =
-            AsyncDieselConnectionManager::<AsyncMysqlConnection>::new_with_config(url, config);
+        let manager = AsyncDieselConnectionManager::<AsyncMysqlConnection>::new_with_config(
+            endpoint.url(),
+            config,
+        );
         let pool = Pool::builder(manager)
             .max_size(pool_size)
             .build()
             .map_err(|e| StoreError::InvalidUrl(e.to_string()))?;
         Ok(Self {
             pool,
-            url: url.into(),
+            endpoint,
             acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
         })
     }
@@ -92,8 +99,8 @@ impl Db {
     /// opened it and stops working when that runtime ends: a service whose runtimes end at
     /// different times (each actix-web worker is one) gives each runtime its own pool.
     pub fn with_own_pool(&self, pool_size: usize) -> Self {
-        let own = Self::connect(&self.url, pool_size.max(1))
-            .expect("the URL and a non-zero size built a pool before");
+        let own = Self::connect(self.endpoint.as_ref(), pool_size.max(1))
+            .expect("the endpoint and a non-zero size built a pool before");
         own.with_acquire_timeout(self.acquire_timeout)
     }
 
@@ -151,10 +158,12 @@ impl Instrumentation for ConnWatch {
     }
 }
 
-/// The pool's way to make a connection: diesel-async's own, plus its [`ConnWatch`].
-fn establish(url: &str) -> BoxedFuture<'_, ConnectionResult<AsyncMysqlConnection>> {
+/// The pool's way to make a connection: the endpoint's, plus its [`ConnWatch`].
+fn establish(
+    endpoint: Arc<Endpoint>,
+) -> BoxedFuture<'static, ConnectionResult<AsyncMysqlConnection>> {
     Box::pin(async move {
-        let mut conn = AsyncMysqlConnection::establish(url).await?;
+        let mut conn = endpoint.connect().await?;
         conn.set_instrumentation(ConnWatch {
             broken: false,
             last_answer: Instant::now(),

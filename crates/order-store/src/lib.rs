@@ -20,6 +20,7 @@ pub mod migrate;
 pub mod models;
 mod repo;
 pub mod schema;
+pub mod settings;
 
 pub use db::{Db, split_database_url};
 pub use error::{Result, StoreError};
@@ -31,3 +32,4 @@ pub use models::{
 };
 pub use repo::DEFAULT_PAYMENT_WINDOW;
 pub use repo::PutError;
+pub use settings::{Endpoint, MysqlSettings, SslMode};

@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use diesel::Connection;
 use diesel::dsl::sql;
 use diesel::sql_types::{BigInt, Nullable};
 use diesel_async::AsyncMysqlConnection;
@@ -16,6 +15,7 @@ use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 use crate::db::split_database_url;
 use crate::error::{Result, StoreError};
+use crate::settings::Endpoint;
 
 /// One migration per table and one statement per file: MySQL commits each DDL statement
 /// by itself, so a migration with several could fail half-applied with no way back.
@@ -26,12 +26,19 @@ const LOCK_WAIT: Duration = Duration::from_secs(60);
 
 type SyncConn = AsyncConnectionWrapper<AsyncMysqlConnection>;
 
-/// Applies every pending migration to the database at `url`, under the migration lock.
-/// Returns the versions it applied (none when another process got there first).
-pub async fn migrate(url: &str) -> Result<Vec<String>> {
-    let url = url.to_owned();
+/// Applies every pending migration to the database at `endpoint` (a URL, or
+/// [`MysqlSettings::endpoint`](crate::MysqlSettings::endpoint) for TLS), under the
+/// migration lock. Returns the versions it applied (none when another process got there
+/// first).
+pub async fn migrate(endpoint: impl Into<Endpoint>) -> Result<Vec<String>> {
+    let endpoint = endpoint.into();
+    let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
-        let mut conn = SyncConn::establish(&url).map_err(StoreError::Connect)?;
+        // Connected on this runtime, as the wrapper's own `establish` would.
+        let conn = runtime
+            .block_on(endpoint.connect())
+            .map_err(StoreError::Connect)?;
+        let mut conn = SyncConn::from(conn);
         with_migration_lock(&mut conn, |conn| {
             conn.run_pending_migrations(MIGRATIONS)
                 .map(|versions| versions.iter().map(ToString::to_string).collect())

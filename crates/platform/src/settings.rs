@@ -40,28 +40,6 @@ pub trait ServiceSettings: DeserializeOwned {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-pub struct RedisSettings {
-    pub url: String,
-    pub key_prefix: String,
-    pub pool_size: usize,
-    pub timeout_ms: u64,
-    /// Replicas that must acknowledge a winning pre-deduct (Redis `WAIT`) before its message
-    /// is sent; 0: none are waited for.
-    #[serde(default)]
-    pub wait_replicas: u32,
-    /// How long that `WAIT` may take, in ms; 0: `timeout_ms`.
-    #[serde(default)]
-    pub wait_timeout_ms: u64,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct MysqlSettings {
-    /// Holds the password, so it is kept out of Debug output.
-    pub url: SecretString,
-    pub pool_size: usize,
-}
-
-#[derive(Debug, Clone, Deserialize)]
 pub struct AdminSettings {
     /// Unset is empty, refused at start-up outside local mode.
     #[serde(default = "unset_secret")]
@@ -315,6 +293,9 @@ fn token_keys_of(
 
 #[cfg(test)]
 mod tests {
+    use order_store::MysqlSettings;
+    use stock_cache::RedisSettings;
+
     use super::*;
 
     const DEFAULT: &str = include_str!("../../../config/default.toml");

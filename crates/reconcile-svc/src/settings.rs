@@ -1,12 +1,12 @@
 //! Reconcile's settings: its own section, and the shared ones it reads.
 
 use order_queue::MqSettings;
+use order_store::MysqlSettings;
 use platform::ServiceSettings;
-use platform::settings::{
-    AdminSettings, MysqlSettings, OrderSettings, RedisSettings, TelemetrySettings,
-};
+use platform::settings::{AdminSettings, OrderSettings, TelemetrySettings};
 use secrecy::SecretString;
 use serde::Deserialize;
+use stock_cache::RedisSettings;
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct Settings {
@@ -34,6 +34,8 @@ impl ServiceSettings for Settings {
     }
 
     fn check(&self) -> Result<(), String> {
+        self.redis.check()?;
+        self.mysql.check()?;
         self.rocketmq.check()
     }
 }

@@ -12,9 +12,8 @@ use order_queue::{LocalTransaction, MqRuntime, OrderPublisher, TxDecision};
 use order_store::Db;
 use platform::ops::{self, OpsState};
 use platform::shutdown::Shutdown;
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use serde_json::json;
-use stock_cache::StockCache;
 
 use crate::audit::{Auditor, Policy};
 use crate::settings::Settings;
@@ -61,19 +60,15 @@ impl Application {
             Some(policy) => policy,
             None => Policy::from_str(&settings.reconcile.policy).map_err(anyhow::Error::msg)?,
         };
-        let mysql_url = settings.mysql.url.expose_secret();
-        order_store::migrate(mysql_url)
+        let mysql = settings.mysql.endpoint().context("cannot set up MySQL")?;
+        order_store::migrate(&mysql)
             .await
             .context("cannot migrate MySQL")?;
-        let db = Db::connect(mysql_url, STORE_POOL_SIZE).context("cannot set up MySQL")?;
-        let redis = &settings.redis;
-        let cache = StockCache::new(
-            &redis.url,
-            STORE_POOL_SIZE,
-            &redis.key_prefix,
-            Duration::from_millis(redis.timeout_ms),
-        )
-        .context("cannot set up Redis")?;
+        let db = Db::connect(&mysql, STORE_POOL_SIZE).context("cannot set up MySQL")?;
+        let cache = settings
+            .redis
+            .open(STORE_POOL_SIZE)
+            .context("cannot set up Redis")?;
         let mq_runtime = MqRuntime::new("reconcile", MQ_BLOCKING_PARALLELISM)
             .context("cannot start the MQ client")?;
         let mut mq = settings.rocketmq.clone();

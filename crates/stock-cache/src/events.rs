@@ -50,7 +50,7 @@ impl OrderEvent {
 /// reconnecting when it is lost. Cheap to clone.
 #[derive(Clone)]
 pub struct EventSource {
-    /// Carries the URL, which may carry a password: never printed.
+    /// Carries the server, whose URL may carry a password: never printed.
     client: redis::Client,
     channel: String,
     /// How long connecting and subscribing, or a health-check PING, may take.
@@ -69,7 +69,8 @@ impl StockCache {
     /// The order events of this cache's deployment (its key prefix), on the same Redis.
     pub fn event_source(&self) -> EventSource {
         EventSource {
-            client: redis::Client::open(self.url.as_str()).expect("this URL built a pool before"),
+            client: redis::Client::open(self.server.clone())
+                .expect("this server built a pool before"),
             channel: self.events_channel(),
             timeout: self.timeout,
         }

@@ -16,12 +16,15 @@ pub mod keys;
 pub mod lifecycle;
 mod pool;
 mod scripts;
+pub mod settings;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::Runtime;
-use deadpool_redis::redis::{self, AsyncCommands, FromRedisValue, ScriptInvocation};
+use deadpool_redis::redis::{
+    self, AsyncCommands, ConnectionInfo, FromRedisValue, IntoConnectionInfo, ScriptInvocation,
+};
 use domain::{
     Closing, FlowRecord, FlowState, OrderStatus, OrderToken, PreDeductOutcome, ProductId, UserId,
 };
@@ -30,6 +33,7 @@ use serde::Deserialize;
 pub use events::{EventSource, OrderEvent};
 pub use keys::ProductKeys;
 pub use lifecycle::ReturnOutcome;
+pub use settings::RedisSettings;
 
 use crate::pool::{CallConnection, Manager, Pool, PoolError, SharedConnection};
 
@@ -289,7 +293,7 @@ pub struct StockCache {
     connections: Arc<SharedConnection>,
     /// Kept for [`StockCache::with_own_pool`]; it may carry a password, so it is never
     /// printed.
-    url: String,
+    server: ConnectionInfo,
     prefix: String,
     timeout: Duration,
     replica_wait: Option<ReplicaWait>,
@@ -304,12 +308,12 @@ impl std::fmt::Debug for StockCache {
 }
 
 fn connections(
-    url: &str,
+    server: &ConnectionInfo,
     size: usize,
     timeout: Duration,
 ) -> Result<Arc<SharedConnection>, CacheError> {
-    let connections =
-        deadpool_redis::Manager::new(url).map_err(|e| CacheError::Pool(e.to_string()))?;
+    let connections = deadpool_redis::Manager::new(server.clone())
+        .map_err(|e| CacheError::Pool(e.to_string()))?;
     Pool::builder(Manager {
         connections,
         response_timeout: timeout.saturating_mul(2),
@@ -324,9 +328,23 @@ fn connections(
 impl StockCache {
     /// A handle on the Redis at `url`, opening at most `pool_size` connections at once: one
     /// that every call shares, and others only while one retired by a failed call still
-    /// serves the calls that were on it (see the `pool` module).
+    /// serves the calls that were on it (see the `pool` module). For one over TLS, see
+    /// [`RedisSettings::open`].
     pub fn new(
         url: &str,
+        pool_size: usize,
+        prefix: &str,
+        timeout: Duration,
+    ) -> Result<Self, CacheError> {
+        let server = url
+            .into_connection_info()
+            .map_err(|e| CacheError::Pool(format!("the Redis URL: {e}")))?;
+        Self::on(server, pool_size, prefix, timeout)
+    }
+
+    /// [`StockCache::new`] for a server already described, its TLS included.
+    pub fn on(
+        server: ConnectionInfo,
         pool_size: usize,
         prefix: &str,
         timeout: Duration,
@@ -335,8 +353,8 @@ impl StockCache {
             return Err(CacheError::BadPrefix(prefix.to_owned()));
         }
         Ok(Self {
-            connections: connections(url, pool_size, timeout)?,
-            url: url.to_owned(),
+            connections: connections(&server, pool_size, timeout)?,
+            server,
             prefix: prefix.to_owned(),
             timeout,
             replica_wait: None,
@@ -359,9 +377,9 @@ impl StockCache {
     /// runtime its own.
     pub fn with_own_pool(&self, pool_size: usize) -> Self {
         Self {
-            connections: connections(&self.url, pool_size.max(1), self.timeout)
-                .expect("this URL built a pool before"),
-            url: self.url.clone(),
+            connections: connections(&self.server, pool_size.max(1), self.timeout)
+                .expect("this server built a pool before"),
+            server: self.server.clone(),
             prefix: self.prefix.clone(),
             timeout: self.timeout,
             replica_wait: self.replica_wait,

@@ -16,6 +16,7 @@ pub mod process;
 pub mod redis;
 pub mod service;
 pub mod stack;
+pub mod tls;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

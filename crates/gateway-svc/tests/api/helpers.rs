@@ -34,7 +34,11 @@ impl Drop for TestApp {
 
 /// A gateway on its own stack; `extra` overrides settings (`SECKILL_SECTION__KEY`).
 pub async fn spawn_app_with(extra: &[(&str, &str)]) -> TestApp {
-    let stack = TestStack::new().await;
+    spawn_app_on(TestStack::new().await, extra).await
+}
+
+/// [`spawn_app_with`] on a stack the test made, for settings that name its pieces.
+pub async fn spawn_app_on(stack: TestStack, extra: &[(&str, &str)]) -> TestApp {
     let settings = stack.settings(extra);
     let gateway = InProcessService::start("gateway", move |shutdown, port| async move {
         let app = Application::build(settings).await?;

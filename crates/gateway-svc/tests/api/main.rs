@@ -14,3 +14,4 @@ mod ops_port;
 mod purchase;
 mod reload;
 mod replicas;
+mod tls;

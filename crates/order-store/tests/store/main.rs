@@ -10,3 +10,4 @@ mod orders;
 mod pool;
 mod products;
 mod reconcile;
+mod tls;

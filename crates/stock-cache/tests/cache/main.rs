@@ -15,3 +15,4 @@ mod reads;
 mod replica_wait;
 mod scripts;
 mod stall;
+mod tls;
