@@ -1,6 +1,8 @@
 //! Typed settings. Every service reads the same file set — one ConfigMap serves the whole
 //! deployment — into a settings type of its own ([`ServiceSettings`]): the sections it reads,
-//! of which the shared ones are here and its own sections live in its crate. A section the
+//! of which the shared ones are here, the connection sections in the adapters that connect
+//! (`[redis]` in stock-cache, `[mysql]` in order-store, `[rocketmq]` in order-queue), and its
+//! own sections in its crate. A section the
 //! service does not read is another service's business, and left alone; a key no section
 //! has, or a misspelt one in a section the service reads, stops it (see
 //! [`unknown_keys`]).
