@@ -400,6 +400,29 @@ mod tests {
     }
 
     #[test]
+    fn redis_nodes_are_a_list_in_a_file_and_comma_separated_in_a_variable() {
+        let from_file = from_sources::<Issuer>(
+            &[
+                DEFAULT,
+                LOCAL,
+                "[redis]\nmode = \"cluster\"\nnodes = [\"redis://a:1\", \"redis://b:2\"]\n",
+            ],
+            env(&[("SECKILL_ENV", LOCAL_ENV)]),
+        )
+        .unwrap();
+        let from_variable = local(&[
+            ("SECKILL_REDIS__MODE", "sentinel"),
+            ("SECKILL_REDIS__NODES", "redis://a:1, redis://b:2"),
+            ("SECKILL_REDIS__MASTER_NAME", "seckill"),
+        ])
+        .unwrap();
+        for redis in [from_file.redis, from_variable.redis] {
+            assert_eq!(redis.nodes, ["redis://a:1", "redis://b:2"]);
+            assert_eq!(redis.check(), Ok(()));
+        }
+    }
+
+    #[test]
     fn a_section_no_service_has_is_refused() {
         let message = refusal(local(&[("SECKILL_CONSUMR__BATCH_SIZE", "7")]));
         assert!(

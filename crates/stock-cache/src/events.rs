@@ -17,7 +17,7 @@ use domain::{OrderStatus, OrderToken};
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
-use crate::StockCache;
+use crate::{StockCache, Topology};
 
 /// One message of the events channel, or news about the subscription itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,8 +50,8 @@ impl OrderEvent {
 /// reconnecting when it is lost. Cheap to clone.
 #[derive(Clone)]
 pub struct EventSource {
-    /// Carries the server, whose URL may carry a password: never printed.
-    client: redis::Client,
+    /// Where to subscribe; it may carry a password: never printed.
+    topology: Topology,
     channel: String,
     /// How long connecting and subscribing, or a health-check PING, may take.
     timeout: Duration,
@@ -69,8 +69,7 @@ impl StockCache {
     /// The order events of this cache's deployment (its key prefix), on the same Redis.
     pub fn event_source(&self) -> EventSource {
         EventSource {
-            client: redis::Client::open(self.server.clone())
-                .expect("this server built a pool before"),
+            topology: self.topology.clone(),
             channel: self.events_channel(),
             timeout: self.timeout,
         }
@@ -195,7 +194,7 @@ impl Subscriber {
 
     async fn connect(&self) -> redis::RedisResult<Live> {
         let subscribe = async {
-            let (mut sink, messages) = self.source.client.get_async_pubsub().await?.split();
+            let (mut sink, messages) = self.source.topology.subscriber().await?.split();
             sink.subscribe(&self.source.channel).await?;
             let now = Instant::now();
             Ok(Live {

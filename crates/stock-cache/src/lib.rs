@@ -17,13 +17,14 @@ pub mod lifecycle;
 mod pool;
 mod scripts;
 pub mod settings;
+mod topology;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::Runtime;
 use deadpool_redis::redis::{
-    self, AsyncCommands, ConnectionInfo, FromRedisValue, IntoConnectionInfo, ScriptInvocation,
+    self, AsyncCommands, FromRedisValue, IntoConnectionInfo, ScriptInvocation,
 };
 use domain::{
     Closing, FlowRecord, FlowState, OrderStatus, OrderToken, PreDeductOutcome, ProductId, UserId,
@@ -33,7 +34,8 @@ use serde::Deserialize;
 pub use events::{EventSource, OrderEvent};
 pub use keys::ProductKeys;
 pub use lifecycle::ReturnOutcome;
-pub use settings::RedisSettings;
+pub use settings::{RedisMode, RedisSettings};
+pub use topology::Topology;
 
 use crate::pool::{CallConnection, Manager, Pool, PoolError, SharedConnection};
 
@@ -291,9 +293,9 @@ pub struct OrderView {
 #[derive(Clone)]
 pub struct StockCache {
     connections: Arc<SharedConnection>,
-    /// Kept for [`StockCache::with_own_pool`]; it may carry a password, so it is never
-    /// printed.
-    server: ConnectionInfo,
+    /// Kept for [`StockCache::with_own_pool`] and the event subscribers; it may carry a
+    /// password, so it is never printed.
+    topology: Topology,
     prefix: String,
     timeout: Duration,
     replica_wait: Option<ReplicaWait>,
@@ -307,16 +309,19 @@ impl std::fmt::Debug for StockCache {
     }
 }
 
+/// How long a connection itself waits for an answer (see `pool::Manager`).
+fn response_timeout(timeout: Duration) -> Duration {
+    timeout.saturating_mul(2)
+}
+
 fn connections(
-    server: &ConnectionInfo,
+    topology: &Topology,
     size: usize,
     timeout: Duration,
 ) -> Result<Arc<SharedConnection>, CacheError> {
-    let connections = deadpool_redis::Manager::new(server.clone())
-        .map_err(|e| CacheError::Pool(e.to_string()))?;
     Pool::builder(Manager {
-        connections,
-        response_timeout: timeout.saturating_mul(2),
+        topology: topology.clone(),
+        response_timeout: response_timeout(timeout),
     })
     .max_size(size)
     .runtime(Runtime::Tokio1)
@@ -342,9 +347,9 @@ impl StockCache {
         Self::on(server, pool_size, prefix, timeout)
     }
 
-    /// [`StockCache::new`] for a server already described, its TLS included.
+    /// [`StockCache::new`] for a server or topology already described, its TLS included.
     pub fn on(
-        server: ConnectionInfo,
+        topology: impl Into<Topology>,
         pool_size: usize,
         prefix: &str,
         timeout: Duration,
@@ -352,9 +357,10 @@ impl StockCache {
         if prefix.is_empty() || prefix.contains(['{', '}']) {
             return Err(CacheError::BadPrefix(prefix.to_owned()));
         }
+        let topology = topology.into();
         Ok(Self {
-            connections: connections(&server, pool_size, timeout)?,
-            server,
+            connections: connections(&topology, pool_size, timeout)?,
+            topology,
             prefix: prefix.to_owned(),
             timeout,
             replica_wait: None,
@@ -377,9 +383,9 @@ impl StockCache {
     /// runtime its own.
     pub fn with_own_pool(&self, pool_size: usize) -> Self {
         Self {
-            connections: connections(&self.server, pool_size.max(1), self.timeout)
-                .expect("this server built a pool before"),
-            server: self.server.clone(),
+            connections: connections(&self.topology, pool_size.max(1), self.timeout)
+                .expect("this topology built a pool before"),
+            topology: self.topology.clone(),
             prefix: self.prefix.clone(),
             timeout: self.timeout,
             replica_wait: self.replica_wait,
@@ -422,6 +428,9 @@ impl StockCache {
             .query_async(conn)
             .await?;
         if acknowledged < i64::from(wait.replicas) {
+            if self.topology.fails_over() {
+                conn.retire();
+            }
             return Err(CacheError::NotReplicated {
                 acknowledged,
                 wanted: wait.replicas,
@@ -540,20 +549,29 @@ impl StockCache {
     }
 
     /// Runs `lua/release.lua`: gives the unit back unless the flow is committed.
+    ///
+    /// With replicas asked for ([`ReplicaWait`]) the release waits for them too, and one they
+    /// did not acknowledge is [`CacheError::NotReplicated`]: in a failover the primary may
+    /// take the release after its replica was promoted, which then still holds the unit, so
+    /// the caller asks again (the next connection reaches the new primary).
     pub async fn release(
         &self,
         token: &OrderToken,
         reason: &str,
     ) -> Result<ReleaseOutcome, CacheError> {
         let keys = self.keys(token.product_id());
-        let code: i64 = self
-            .run_script(
-                scripts::RELEASE
-                    .key(&keys.sale_keys()[..])
-                    .arg(token.to_string())
-                    .arg(reason),
-            )
-            .await?;
+        let mut invocation = scripts::RELEASE.key(&keys.sale_keys()[..]);
+        invocation.arg(token.to_string()).arg(reason);
+        let replicas = self
+            .replica_wait
+            .map_or(Duration::ZERO, |wait| wait.timeout);
+        let code: i64 = timed_within(self.timeout + replicas, async {
+            let mut conn = self.connection().await?;
+            let code = scripts::invoke(&invocation, &mut conn).await?;
+            self.wait_for_replicas(&mut conn).await?;
+            Ok(code)
+        })
+        .await?;
         match code {
             1 => Ok(ReleaseOutcome::Released),
             0 => Ok(ReleaseOutcome::NothingReserved),
@@ -845,18 +863,17 @@ impl StockCache {
         .await
     }
 
-    /// The epochs of several products in one round trip (None where not loaded).
+    /// The epochs of several products (None where not loaded), asked at once: on the shared
+    /// connection the reads leave in one write. Not a pipeline, which a cluster refuses when
+    /// the products' slots differ.
     pub async fn epochs(&self, products: &[ProductId]) -> Result<Vec<Option<i64>>, CacheError> {
-        if products.is_empty() {
-            return Ok(Vec::new());
-        }
         self.timed(async {
-            let mut conn = self.connection().await?;
-            let mut pipe = redis::pipe();
-            for product in products {
-                pipe.hget(self.keys(*product).meta, "epoch");
-            }
-            Ok(pipe.query_async(&mut conn).await?)
+            let reads = products.iter().map(|product| async move {
+                let mut conn = self.connection().await?;
+                let epoch: Option<i64> = conn.hget(self.keys(*product).meta, "epoch").await?;
+                Ok::<_, CacheError>(epoch)
+            });
+            futures::future::try_join_all(reads).await
         })
         .await
     }
@@ -867,6 +884,20 @@ impl StockCache {
         self.timed(async {
             let mut conn = self.connection().await?;
             Ok(conn.get(&keys.stock).await?)
+        })
+        .await
+    }
+
+    /// The units each buyer holds of the product, as the per-user limit counts them, keyed
+    /// by the user id as Redis holds it (an audit reports one that is not a number).
+    pub async fn units_by_buyer(
+        &self,
+        product: ProductId,
+    ) -> Result<std::collections::BTreeMap<String, i64>, CacheError> {
+        let keys = self.keys(product);
+        self.timed(async {
+            let mut conn = self.connection().await?;
+            Ok(conn.hgetall(&keys.users).await?)
         })
         .await
     }

@@ -13,31 +13,39 @@
 //! - gave up waiting for its answer (the cache's timeout dropped the call): a connection
 //!   left half-open by a failover answers nothing and reports nothing, and only that tells.
 //!
+//! A call refused `READONLY` retires its connection too: it reached a primary that a
+//! Sentinel failover has turned into a replica, and the next connection is made to the new
+//! primary (see the `topology` module).
+//!
 //! **Checked only when idle.** deadpool-redis checks every connection it lends with
 //! `UNWATCH` + `PING`: one more round trip per call, as many as the call itself on the
 //! purchase path (one `EVALSHA`). Here, as in order-store's MySQL pool, a connection is
 //! checked only when it has not been lent for [`VERIFY_AFTER_IDLE`] (a restart or a proxy
-//! may have closed it unnoticed): it then goes back to the pool, which checks it before
-//! lending it again.
+//! may have closed it unnoticed): it then goes back to the pool, which checks it with a
+//! `PING` before lending it again.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use deadpool::managed::{self, Metrics, Object, RecycleResult};
-use deadpool_redis::redis::aio::{ConnectionLike, MultiplexedConnection};
-use deadpool_redis::redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use deadpool::managed::{self, Metrics, Object, RecycleError, RecycleResult};
+use deadpool_redis::redis::aio::ConnectionLike;
+use deadpool_redis::redis::{
+    self, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
+};
+
+use crate::topology::{Connection, Topology};
 
 /// A connection last lent longer ago than this goes back to the pool, which checks it with
-/// deadpool-redis's own `UNWATCH` + `PING` before it is lent again.
+/// a `PING` before it is lent again.
 const VERIFY_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 pub(crate) type Pool = managed::Pool<Manager>;
 pub(crate) type PoolError = managed::PoolError<RedisError>;
 
-/// deadpool-redis's manager (it makes the connections), with the recycling above.
+/// Makes the connections through the topology, and recycles them as above.
 pub(crate) struct Manager {
-    pub(crate) connections: deadpool_redis::Manager,
+    pub(crate) topology: Topology,
     /// How long a connection itself waits for an answer: past the cache's own timeout, so
     /// that the cache's is the one that gives up, saying whether the call was sent
     /// (`CacheError::Unanswered`). redis-rs gives every multiplexed connection a response
@@ -47,24 +55,25 @@ pub(crate) struct Manager {
 }
 
 impl managed::Manager for Manager {
-    type Type = MultiplexedConnection;
+    type Type = Connection;
     type Error = RedisError;
 
-    async fn create(&self) -> Result<MultiplexedConnection, RedisError> {
-        let mut conn = self.connections.create().await?;
-        conn.set_response_timeout(self.response_timeout);
-        Ok(conn)
+    async fn create(&self) -> Result<Connection, RedisError> {
+        self.topology.connect(self.response_timeout).await
     }
 
-    async fn recycle(
-        &self,
-        conn: &mut MultiplexedConnection,
-        metrics: &Metrics,
-    ) -> RecycleResult<RedisError> {
+    async fn recycle(&self, conn: &mut Connection, metrics: &Metrics) -> RecycleResult<RedisError> {
         if metrics.last_used() < VERIFY_AFTER_IDLE {
             return Ok(());
         }
-        self.connections.recycle(conn, metrics).await
+        let pong: String = redis::cmd("PING")
+            .query_async(conn)
+            .await
+            .map_err(RecycleError::Backend)?;
+        if pong != "PONG" {
+            return Err(RecycleError::message(format!("PING answered {pong}")));
+        }
+        Ok(())
     }
 }
 
@@ -151,12 +160,12 @@ impl Held {
         self.retired.load(Ordering::Relaxed)
     }
 
-    fn connection(&self) -> MultiplexedConnection {
+    fn connection(&self) -> Connection {
         let conn = self
             .conn
             .as_ref()
             .expect("the connection is only taken out on drop");
-        MultiplexedConnection::clone(conn)
+        Connection::clone(conn)
     }
 }
 
@@ -174,7 +183,7 @@ impl Drop for Held {
 /// failed, so that a call dropped before its answer (a timeout) retires the connection.
 pub(crate) struct CallConnection {
     held: Arc<Held>,
-    conn: MultiplexedConnection,
+    conn: Connection,
     failed: bool,
 }
 
@@ -188,9 +197,15 @@ impl CallConnection {
         }
     }
 
-    fn sending(&mut self) -> &mut MultiplexedConnection {
+    fn sending(&mut self) -> &mut Connection {
         self.failed = true;
         &mut self.conn
+    }
+
+    /// No later call gets this connection: its server answered, but not as the primary it
+    /// was taken for (see the `topology` module).
+    pub(crate) fn retire(&mut self) {
+        self.failed = true;
     }
 
     fn answered<T>(&mut self, result: RedisResult<T>) -> RedisResult<T> {
@@ -204,6 +219,7 @@ fn loses_connection(error: &RedisError) -> bool {
         || error.is_connection_dropped()
         || error.is_timeout()
         || error.is_unrecoverable_error()
+        || error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
 }
 
 impl Drop for CallConnection {

@@ -14,15 +14,12 @@ use crate::helpers::{PRODUCT, open_sale, reserve};
 /// same server.
 fn over_tls(redis: &TestRedis) -> RedisSettings {
     RedisSettings {
-        url: tls::redis_url(),
-        key_prefix: redis.prefix().to_owned(),
         pool_size: 2,
         timeout_ms: 2000,
-        wait_replicas: 0,
-        wait_timeout_ms: 0,
         tls_ca_file: Some(tls::file("ca.pem")),
         tls_cert_file: Some(tls::file("client.pem")),
         tls_key_file: Some(tls::file("client.key")),
+        ..RedisSettings::standalone(tls::redis_url(), redis.prefix())
     }
 }
 
