@@ -71,7 +71,8 @@ impl StockCache {
 
     /// Records that these orders are in MySQL, awaiting payment until their `pay_by` (unix
     /// ms), and publishes `<token> confirmed` for each whose result changed; returns how
-    /// many did. A result that is already past `confirmed` (paid, cancelled, expired) is
+    /// many did. A flow still reserved is committed: its order is written, so its message
+    /// was committed, whatever Redis lost of confirm.lua's write. A result that is already past `confirmed` (paid, cancelled, expired) is
     /// never overwritten, as a redelivered batch re-marks orders that may have ended since.
     /// Orders may be of several products: one script call per product, sent together.
     pub async fn mark_confirmed_until(
@@ -105,7 +106,7 @@ impl StockCache {
             .map(|(product, orders)| {
                 let keys = self.keys(product);
                 let mut invocation = scripts::MARK_CONFIRMED.key(&keys.result);
-                invocation.key(&keys.tomb).arg(&channel);
+                invocation.key(&keys.tomb).key(&keys.flow).arg(&channel);
                 for (token, pay_by_ms) in orders {
                     invocation
                         .arg(token.to_string())

@@ -184,6 +184,27 @@ async fn a_check_back_after_redis_lost_the_product_gets_no_answer_and_writes_not
 }
 
 #[tokio::test]
+async fn an_order_marked_confirmed_commits_its_flow_should_redis_have_lost_the_commit() {
+    let redis = on_sale(10, 1).await;
+    let cache = redis.cache();
+    // confirm.lua's commit lost (a failover): the flow is reserved, its order written.
+    let token = reserve(cache, 1, 1).await;
+
+    cache
+        .mark_confirmed_until(&[(token.clone(), 1_000)])
+        .await
+        .unwrap();
+
+    let flow = cache.order_view(&token).await.unwrap().flow.unwrap();
+    assert_eq!(flow.state, FlowState::Committed);
+    assert_eq!(
+        cache.release(&token, "reconcile_restore").await.unwrap(),
+        ReleaseOutcome::AlreadyCommitted,
+        "the unit of a written order is never given back"
+    );
+}
+
+#[tokio::test]
 async fn a_rebuild_forgets_flows_buyers_and_results_but_keeps_tombstones() {
     let redis = on_sale(10, 2).await;
     let cache = redis.cache();
