@@ -372,14 +372,8 @@ async fn read_redis<'a>(
         }
     }
     let users_key = cache.keys(sale.product).users;
-    let mut conn = redis::Client::open(drill.stack.redis.url())
-        .map_err(|e| e.to_string())?
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| format!("cannot connect to Redis: {e}"))?;
-    let users: BTreeMap<String, i64> = redis::cmd("HGETALL")
-        .arg(&users_key)
-        .query_async(&mut conn)
+    let users = cache
+        .units_by_buyer(sale.product)
         .await
         .map_err(|e| format!("cannot read {users_key}: {e}"))?;
     for (user, units) in users {

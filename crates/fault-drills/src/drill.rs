@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use domain::ProductId;
 use test_support::process::{ServiceProcess, bin_dir, free_port, repo_root};
+use test_support::redis::TestRedis;
 use test_support::stack::TestStack;
 
 use crate::crowd::{Crowd, CrowdPlan};
@@ -148,6 +149,20 @@ impl Drill {
             started: Instant::now(),
             _lock: lock,
         }
+    }
+
+    /// Moves the drill to another Redis (a Sentinel group, a cluster of its own): the audit
+    /// and every service started from now on use it. Before any service starts.
+    pub fn use_redis(&mut self, redis: TestRedis) {
+        assert!(
+            self.services.is_empty(),
+            "drill {}: services already run on the stack's Redis",
+            self.name
+        );
+        for (key, value) in redis.service_env() {
+            self.env.insert(key.to_owned(), value);
+        }
+        self.stack.redis = redis;
     }
 
     /// Sets `SECKILL_…` (or any) variable for every service started from now on.

@@ -5,6 +5,8 @@
 //! - [`mysql`]: a fresh, migrated MySQL/MariaDB database per test ([`mysql::TestDb`]).
 //! - [`redis`]: a key prefix of its own per test ([`redis::TestRedis`]), or a server of its
 //!   own to stall ([`redis::PrivateRedis`]).
+//! - [`redis_topology`]: a Sentinel group or a Cluster of the test's own, to fail over or
+//!   reshard under a client ([`redis_topology::SentinelGroup`], [`redis_topology::RedisCluster`]).
 //! - [`stack`]: both, plus a topic and groups, and the settings that point at them.
 //! - [`process`]: the services' real binaries as child processes.
 //! - [`service`]: a service in this process, on its own thread and runtime.
@@ -14,6 +16,7 @@
 pub mod mysql;
 pub mod process;
 pub mod redis;
+pub mod redis_topology;
 pub mod service;
 pub mod stack;
 pub mod tls;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use stock_cache::StockCache;
+use stock_cache::{RedisMode, RedisSettings, StockCache};
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:16379";
 /// Enough for a test that fires a few hundred calls at once; the server is shared.
@@ -15,9 +15,15 @@ const POOL_SIZE: usize = 16;
 const TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct TestRedis {
+    /// A data node, for the helpers that take a connection of their own.
     url: String,
     prefix: String,
     cache: StockCache,
+    /// How a service reaches this Redis, as `SECKILL_REDIS__*` variables.
+    reach: Vec<(&'static str, String)>,
+    /// A Sentinel group or cluster the test started, which goes with it: nothing to clean
+    /// up (after a failover the node kept here is a replica, which refuses the deletes).
+    topology_of_its_own: bool,
 }
 
 impl std::fmt::Debug for TestRedis {
@@ -54,7 +60,82 @@ impl TestRedis {
             .unwrap_or_else(|e| panic!("PING {url}: {e}"));
         let cache = StockCache::new(&url, POOL_SIZE, &prefix, TIMEOUT)
             .unwrap_or_else(|e| panic!("a stock cache on {url}: {e}"));
-        Self { url, prefix, cache }
+        let reach = vec![("SECKILL_REDIS__URL", url.clone())];
+        Self {
+            url,
+            prefix,
+            cache,
+            reach,
+            topology_of_its_own: false,
+        }
+    }
+
+    /// A fresh prefix on the primary the `sentinels` name for `master_name`: the cache, and
+    /// services given [`TestRedis::service_env`], follow it through a failover. `primary` is
+    /// the primary now, which the helpers that connect on their own keep using.
+    pub fn on_sentinel(sentinels: &[String], master_name: &str, primary: &str) -> Self {
+        Self::on_topology(
+            RedisSettings {
+                mode: RedisMode::Sentinel,
+                nodes: sentinels.to_vec(),
+                master_name: Some(master_name.to_owned()),
+                ..RedisSettings::standalone(primary, "unused")
+            },
+            primary,
+        )
+    }
+
+    /// A fresh prefix on the Redis Cluster found through `seeds`; the helpers that connect on
+    /// their own use the first seed node, which holds only the slots it owns.
+    pub fn on_cluster(seeds: &[String]) -> Self {
+        Self::on_topology(
+            RedisSettings {
+                mode: RedisMode::Cluster,
+                nodes: seeds.to_vec(),
+                ..RedisSettings::standalone(&seeds[0], "unused")
+            },
+            &seeds[0],
+        )
+    }
+
+    fn on_topology(settings: RedisSettings, data_node: &str) -> Self {
+        let prefix = format!("t{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+        let settings = RedisSettings {
+            key_prefix: prefix.clone(),
+            timeout_ms: TIMEOUT.as_millis() as u64,
+            ..settings
+        };
+        settings.check().expect("test topology settings");
+        let cache = settings
+            .open(POOL_SIZE)
+            .unwrap_or_else(|e| panic!("a stock cache in {:?} mode: {e}", settings.mode));
+        let mode = match settings.mode {
+            RedisMode::Standalone => "standalone",
+            RedisMode::Sentinel => "sentinel",
+            RedisMode::Cluster => "cluster",
+        };
+        let mut reach = vec![
+            ("SECKILL_REDIS__MODE", mode.to_owned()),
+            ("SECKILL_REDIS__URL", settings.url.clone()),
+            ("SECKILL_REDIS__NODES", settings.nodes.join(",")),
+        ];
+        if let Some(master_name) = settings.master_name {
+            reach.push(("SECKILL_REDIS__MASTER_NAME", master_name));
+        }
+        Self {
+            url: data_node.to_owned(),
+            prefix,
+            cache,
+            reach,
+            topology_of_its_own: true,
+        }
+    }
+
+    /// The `SECKILL_REDIS__*` variables that point a service at this Redis and prefix.
+    pub fn service_env(&self) -> Vec<(&'static str, String)> {
+        let mut env = self.reach.clone();
+        env.push(("SECKILL_REDIS__KEY_PREFIX", self.prefix.clone()));
+        env
     }
 
     pub fn cache(&self) -> &StockCache {
@@ -124,6 +205,9 @@ impl TestRedis {
 
 impl Drop for TestRedis {
     fn drop(&mut self) {
+        if self.topology_of_its_own {
+            return;
+        }
         if let Err(e) = self.delete_all_keys() {
             eprintln!(
                 "test-support: could not delete the keys of prefix {}: {e}",

@@ -92,8 +92,6 @@ impl TestStack {
             ("SECKILL_ENV", platform::settings::LOCAL_ENV.to_owned()),
             ("SECKILL_MYSQL__URL", self.db.url().to_owned()),
             ("SECKILL_MYSQL__POOL_SIZE", "4".to_owned()),
-            ("SECKILL_REDIS__URL", self.redis.url().to_owned()),
-            ("SECKILL_REDIS__KEY_PREFIX", self.redis.prefix().to_owned()),
             ("SECKILL_REDIS__POOL_SIZE", "16".to_owned()),
             ("SECKILL_ROCKETMQ__NAME_SERVER", namesrv),
             ("SECKILL_ROCKETMQ__TOPIC", self.topic()),
@@ -121,7 +119,11 @@ impl TestStack {
             ("SECKILL_RECONCILE__LISTEN", "127.0.0.1:0".to_owned()),
             ("SECKILL_RECONCILE__GRACE_SECS", "2".to_owned()),
         ];
-        pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+        pairs
+            .into_iter()
+            .chain(self.redis.service_env())
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect()
     }
 
     /// Settings for an in-process service (its own settings type, `S`): the shipped

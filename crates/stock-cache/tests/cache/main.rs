@@ -2,6 +2,7 @@
 //! redis://127.0.0.1:16379; `bash deploy/local/stack.sh up` starts one). Every test has its
 //! own key prefix ([`test_support::redis::TestRedis`]), so they run in parallel.
 
+mod cluster;
 mod concurrency;
 mod confirm_release;
 mod events;
@@ -14,5 +15,6 @@ mod pre_deduct;
 mod reads;
 mod replica_wait;
 mod scripts;
+mod sentinel;
 mod stall;
 mod tls;
