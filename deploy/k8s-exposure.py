@@ -1,4 +1,4 @@
-"""The gateway's exposure in one rendered overlay, as a platform team would check it.
+"""The services' exposure in one rendered overlay, as a platform team would check it.
 
 `make k8s-lint` runs it on every overlay it renders (deploy/k8s-lint.sh). It holds:
 
@@ -7,7 +7,9 @@
 - the public Service exposes the public port only, and no Service exposing the ops port
   is the backend of an Ingress;
 - every NetworkPolicy rule that admits the ops port names its sources, and only as
-  namespaces: no rule opens it to the world or to any pod;
+  namespaces: no rule opens it to the world or to any pod — and the same for the consumer's
+  and the reconcile daemon's ops ports (their only port: /metrics, and reconcile's report,
+  which names order tokens);
 - the gateway's ServiceMonitor, where there is one, scrapes the ops port.
 
 Usage: k8s-exposure.py RENDERED.yaml LABEL; exits 1 and names each breach.
@@ -18,28 +20,70 @@ import sys
 import yaml
 
 GATEWAY = "gateway-svc"
+# Services whose only port is their ops port, named `ops`.
+OPS_ONLY = ("order-consumer-svc", "reconcile-svc")
 
 
 def by_kind(objects, kind):
     return [o for o in objects if o.get("kind") == kind]
 
 
-def gateway_pods_selected(selector):
+def pods_selected(selector, app):
     labels = (selector or {}).get("matchLabels") or {}
-    return labels.get("app.kubernetes.io/name") == GATEWAY
+    return labels.get("app.kubernetes.io/name") == app
+
+
+def gateway_pods_selected(selector):
+    return pods_selected(selector, GATEWAY)
+
+
+def container_ports(objects, app):
+    """The named ports of `app`'s Deployment's first container, or None without one."""
+    for deployment in by_kind(objects, "Deployment"):
+        if deployment["metadata"]["name"] == app:
+            container = deployment["spec"]["template"]["spec"]["containers"][0]
+            return {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    return None
+
+
+def ops_sources(objects, app, ops):
+    """Breaches of: every NetworkPolicy rule admitting `app`'s ops port names namespaces."""
+    problems = []
+    for policy in by_kind(objects, "NetworkPolicy"):
+        selector = policy["spec"].get("podSelector") or {}
+        if selector and not pods_selected(selector, app):
+            continue
+        for rule in policy["spec"].get("ingress", []):
+            rule_ports = {p.get("port") for p in rule.get("ports", [])}
+            admits_ops = not rule_ports or ops in rule_ports or "ops" in rule_ports
+            if not admits_ops:
+                continue
+            sources = rule.get("from") or []
+            name = policy["metadata"]["name"]
+            if not sources:
+                problems.append(f"NetworkPolicy {name} admits {app}'s ops port from anywhere")
+            for source in sources:
+                if set(source) != {"namespaceSelector"} or not source["namespaceSelector"]:
+                    problems.append(
+                        f"NetworkPolicy {name} admits {app}'s ops port from {source}: only "
+                        "named namespaces may reach it"
+                    )
+    return problems
 
 
 def check(objects):
     problems = []
-    deployments = [
-        d for d in by_kind(objects, "Deployment") if d["metadata"]["name"] == GATEWAY
-    ]
-    if len(deployments) != 1:
-        return [f"expected one Deployment {GATEWAY}, found {len(deployments)}"]
-    container = deployments[0]["spec"]["template"]["spec"]["containers"][0]
-    ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    for app in OPS_ONLY:
+        app_ports = container_ports(objects, app)
+        if app_ports is None or "ops" not in app_ports:
+            problems.append(f"{app} must have a Deployment whose container port is `ops`")
+        else:
+            problems.extend(ops_sources(objects, app, app_ports["ops"]))
+    ports = container_ports(objects, GATEWAY)
+    if ports is None:
+        return problems + [f"expected a Deployment {GATEWAY}"]
     if "http" not in ports or "ops" not in ports:
-        return [f"{GATEWAY}'s container must name its ports `http` and `ops`: {ports}"]
+        return problems + [f"{GATEWAY}'s container must name its ports `http` and `ops`: {ports}"]
     public, ops = ports["http"], ports["ops"]
     if public == ops:
         problems.append(f"the public and ops ports are the same port ({public})")
@@ -86,25 +130,7 @@ def check(objects):
                         f"to the ops Service {backend}"
                     )
 
-    for policy in by_kind(objects, "NetworkPolicy"):
-        selector = policy["spec"].get("podSelector") or {}
-        if selector and not gateway_pods_selected(selector):
-            continue
-        for rule in policy["spec"].get("ingress", []):
-            rule_ports = {p.get("port") for p in rule.get("ports", [])}
-            admits_ops = not rule_ports or ops in rule_ports or "ops" in rule_ports
-            if not admits_ops:
-                continue
-            sources = rule.get("from") or []
-            name = policy["metadata"]["name"]
-            if not sources:
-                problems.append(f"NetworkPolicy {name} admits the ops port from anywhere")
-            for source in sources:
-                if set(source) != {"namespaceSelector"} or not source["namespaceSelector"]:
-                    problems.append(
-                        f"NetworkPolicy {name} admits the ops port from {source}: only "
-                        "named namespaces may reach it"
-                    )
+    problems.extend(ops_sources(objects, GATEWAY, ops))
 
     for monitor in by_kind(objects, "ServiceMonitor"):
         if not gateway_pods_selected(monitor["spec"].get("selector")):
@@ -127,7 +153,10 @@ def main():
         print(f"k8s-lint: FAIL exposure {label}: {problem}", file=sys.stderr)
     if problems:
         sys.exit(1)
-    print(f"k8s-lint: exposure {label}: /metrics and /admin on the ops port only")
+    print(
+        f"k8s-lint: exposure {label}: /metrics and /admin on the ops ports only, "
+        "each open to named namespaces alone"
+    )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 # is deploy/Dockerfile. A checkov finding fails the run unless the resource skips that check
 # with a written reason (a `checkov.io/skipN: CHECK=reason` annotation, or a
 # `# checkov:skip=CHECK:reason` comment in the Dockerfile); the skips are printed with their
-# reasons. deploy/k8s-exposure.py holds the gateway's ops port to its audience. The
+# reasons. deploy/k8s-exposure.py holds the services' ops ports to their audience. The
 # tools come pinned from deploy/k8s-tools.sh.
 #
 # Environment: SECKILL_K8S_VERSION (schemas to validate against, default 1.35.0: the kind
@@ -93,7 +93,7 @@ for name in "${overlays[@]}"; do
 done
 validate k8s/base/secret.template.yaml k8s/base/secret.template.yaml || failed=1
 
-# --- the gateway's exposure -------------------------------------------------------------
+# --- the services' exposure ------------------------------------------------------------
 for name in "${overlays[@]}"; do
   "${bin}/python3" "${here}/k8s-exposure.py" "${out}/${name}.yaml" "k8s/overlays/${name}" || failed=1
 done
