@@ -29,6 +29,9 @@
 #   SECKILL_MQ_FLUSH_DISK_TYPE     broker flushDiskType (default ASYNC_FLUSH)
 #   SECKILL_MQ_SYNC_FLUSH_TIMEOUT_MS
 #                                  broker syncFlushTimeout, ms (default 5000; SYNC_FLUSH only)
+#   SECKILL_MQ_AUTH_USER           user:password: the broker checks every request's ACL
+#                                  signature (authenticationEnabled) against this one user
+#                                  (default: unset, no checks)
 #   SECKILL_MQ_LOG_FILTER          RocketMQ log filter (default: warnings, plus the broker's
 #                                  lifecycle lines)
 #   SECKILL_STACK_START_TIMEOUT    seconds to wait for a component to answer (default 120)
@@ -259,7 +262,9 @@ prepare_broker() {
     "TX_CHECK_INTERVAL_MS=${SECKILL_MQ_CHECK_INTERVAL_MS:-5000}" \
     "TX_TIMEOUT_MS=${SECKILL_MQ_TX_TIMEOUT_MS:-3000}" \
     "FLUSH_DISK_TYPE=${SECKILL_MQ_FLUSH_DISK_TYPE:-ASYNC_FLUSH}" \
-    "SYNC_FLUSH_TIMEOUT_MS=${SECKILL_MQ_SYNC_FLUSH_TIMEOUT_MS:-5000}"
+    "SYNC_FLUSH_TIMEOUT_MS=${SECKILL_MQ_SYNC_FLUSH_TIMEOUT_MS:-5000}" \
+    "AUTH_ENABLED=$([[ -n ${SECKILL_MQ_AUTH_USER:-} ]] && echo true || echo false)" \
+    "AUTH_USER=${SECKILL_MQ_AUTH_USER:-}"
   # The broker logs every EndTransaction at INFO: keep it at WARN, but let its
   # "started successfully" line through (the readiness check reads it). The command-line
   # filter also wins over a RUST_LOG set for the tests.

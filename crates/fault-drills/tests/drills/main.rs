@@ -3,6 +3,7 @@
 //! the system has settled. Drills run one at a time (see the crate docs: a machine-wide
 //! lock), whatever libtest's thread count.
 
+mod broker_acl;
 mod broker_crash;
 mod broker_rollback;
 mod buyer_hangs_up;
