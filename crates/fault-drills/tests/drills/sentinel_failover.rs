@@ -71,14 +71,16 @@ async fn a_sentinel_failover_mid_sale_is_followed_within_seconds_and_every_promi
         first_after < FOLLOWS_WITHIN,
         "the gateway sold from the new primary {first_after:?} after the old one was demoted"
     );
+    // A token request or a purchase that meets the failover may be answered 503 UNAVAILABLE
+    // (Redis cannot be reached), as the API allows; any other 5xx breaks the contract.
     let failed: Vec<_> = outcome
         .answers
         .iter()
-        .filter(|a| a.is_server_error() && !a.is_unavailable())
+        .filter(|a| a.is_server_error() && a.code() != "UNAVAILABLE")
         .collect();
     assert!(
         failed.is_empty(),
-        "a purchase the failover caught is refused as UNAVAILABLE (503), nothing worse: {failed:?}"
+        "a request the failover caught is refused as UNAVAILABLE (503), nothing worse: {failed:?}"
     );
 
     // The consumer's "confirmed" marks that the old primary took after the promotion are
