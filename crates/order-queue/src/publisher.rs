@@ -26,7 +26,7 @@ use rocketmq_model::common::message::message_single::Message;
 use tokio::sync::RwLock;
 use tracing::{debug, error, info};
 
-use crate::message::{order_message, order_tokens_of, orders_message};
+use crate::message::{order_tokens_of, orders_message};
 use crate::{MqError, MqRuntime, MqSettings, Result};
 
 /// The outcome of a local transaction, as told to the broker.
@@ -174,7 +174,7 @@ trait Producers: Send + Sync {
     ) -> BoxFuture<'_, Result<TxDecision>>;
     fn publish<'a>(
         &'a self,
-        order: &'a OrderPlaced,
+        orders: &'a [OrderPlaced],
         traceparent: Option<&'a str>,
     ) -> BoxFuture<'a, Result<()>>;
     fn shutdown(&self) -> BoxFuture<'_, ()>;
@@ -270,7 +270,21 @@ impl OrderPublisher {
     /// is harmless). The plain producer starts on first use, in group
     /// `<producer_group>-plain`.
     pub async fn publish(&self, order: &OrderPlaced, traceparent: Option<&str>) -> Result<()> {
-        self.producers.publish(order, traceparent).await
+        self.producers
+            .publish(std::slice::from_ref(order), traceparent)
+            .await
+    }
+
+    /// Sends `orders` (one product's, as a transactional message carries them) together as
+    /// one plain message: what the broker does for a committed message of that size without
+    /// the half message and the END_TRANSACTION, the floor `make bench` holds the
+    /// transactional sends to.
+    pub async fn publish_together(
+        &self,
+        orders: &[OrderPlaced],
+        traceparent: Option<&str>,
+    ) -> Result<()> {
+        self.producers.publish(orders, traceparent).await
     }
 
     /// Waits for sends in flight, then stops both producers; later sends fail with
@@ -297,10 +311,10 @@ impl Producers for Inner {
 
     fn publish<'a>(
         &'a self,
-        order: &'a OrderPlaced,
+        orders: &'a [OrderPlaced],
         traceparent: Option<&'a str>,
     ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.publish_plain(order, traceparent))
+        Box::pin(self.publish_plain(orders, traceparent))
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
@@ -336,15 +350,15 @@ impl Inner {
         Ok(decision)
     }
 
-    async fn publish_plain(&self, order: &OrderPlaced, traceparent: Option<&str>) -> Result<()> {
-        let message = order_message(&self.topic, &self.tag, order, traceparent)?;
+    async fn publish_plain(&self, orders: &[OrderPlaced], traceparent: Option<&str>) -> Result<()> {
+        let message = orders_message(&self.topic, &self.tag, orders, traceparent)?;
         self.ensure_plain_started().await?;
         let guard = self.plain.read().await;
         let PlainProducer::Running(producer) = &*guard else {
             return Err(MqError::ShutDown);
         };
         let result = send_plain(producer, message).await?;
-        debug!(order_token = %order.order_token, msg_id = ?result.msg_id, "Order re-published.");
+        debug!(orders = orders.len(), first_order_token = %orders[0].order_token, msg_id = ?result.msg_id, "Orders published.");
         Ok(())
     }
 
@@ -443,6 +457,7 @@ mod tests {
     use domain::{ProductId, UserId};
 
     use super::*;
+    use crate::message::order_message;
 
     /// Answers `Commit` and records what it was asked.
     #[derive(Default)]

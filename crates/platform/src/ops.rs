@@ -68,6 +68,7 @@ pub const SERIES: &[(&str, &str)] = &[
     ("seckill_sold_out_flag", "1 while this gateway holds the local sold-out flag of a product, else 0."),
     ("seckill_lua_seconds", "Time of one Lua script call to Redis, by script (pre_deduct, confirm, release)."),
     ("seckill_send_seconds", "Time of one transactional send: the half message and the local transaction."),
+    ("seckill_orders_per_message", "Orders carried by one transactional message (the gateway gathers the winners of the same moment into one send)."),
     ("seckill_releases_total", "release.lua calls of the purchase path, by outcome and reason (send_failed, pre_deduct_unanswered)."),
     ("seckill_orders_sent_plain_total", "Committed orders the gateway also sent as a plain message after its local transaction gave no answer, by outcome (stored, failed)."),
     ("seckill_withdrawals_in_background_total", "Purchases answered 503 whose token Redis had not yet taken back: the gateway goes on giving it back in the background."),
@@ -191,9 +192,14 @@ fn prometheus_builder() -> PrometheusBuilder {
         Matcher::Full("seckill_expiry_lag_seconds".into()),
         EXPIRY_LAG_BUCKETS,
     );
-    buckets(
+    let builder = buckets(
         builder,
         Matcher::Full("seckill_consumer_batch_size".into()),
+        BATCH_SIZE_BUCKETS,
+    );
+    buckets(
+        builder,
+        Matcher::Full("seckill_orders_per_message".into()),
         BATCH_SIZE_BUCKETS,
     )
 }
