@@ -73,6 +73,8 @@ pub struct Percentiles {
     pub p50: f64,
     pub p90: f64,
     pub p99: f64,
+    /// The tail a latency curve needs: one answer in a thousand is slower.
+    pub p999: f64,
     pub max: f64,
 }
 
@@ -84,6 +86,7 @@ impl Percentiles {
             p50: percentile(&samples, 50.0)?,
             p90: percentile(&samples, 90.0)?,
             p99: percentile(&samples, 99.0)?,
+            p999: percentile(&samples, 99.9)?,
             max: *samples.last()?,
         })
     }
@@ -272,10 +275,11 @@ impl fmt::Display for Percentiles {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "p50 {} ms · p90 {} ms · p99 {} ms · max {} ms",
+            "p50 {} ms · p90 {} ms · p99 {} ms · p99.9 {} ms · max {} ms",
             ms(self.p50),
             ms(self.p90),
             ms(self.p99),
+            ms(self.p999),
             ms(self.max)
         )
     }
@@ -440,6 +444,7 @@ mod tests {
         assert_eq!(percentile(&samples, 50.0), Some(50.0));
         assert_eq!(percentile(&samples, 90.0), Some(90.0));
         assert_eq!(percentile(&samples, 99.0), Some(99.0));
+        assert_eq!(percentile(&samples, 99.9), Some(100.0));
         assert_eq!(percentile(&samples, 100.0), Some(100.0));
         assert_eq!(percentile(&[4.0], 99.0), Some(4.0));
         assert_eq!(percentile(&[1.0, 2.0], 50.0), Some(1.0));
@@ -450,7 +455,10 @@ mod tests {
     #[test]
     fn percentiles_of_unsorted_samples_sort_them_first() {
         let p = Percentiles::of(vec![9.0, 1.0, 5.0, 3.0, 7.0]).unwrap();
-        assert_eq!((p.p50, p.p90, p.p99, p.max), (5.0, 9.0, 9.0, 9.0));
+        assert_eq!(
+            (p.p50, p.p90, p.p99, p.p999, p.max),
+            (5.0, 9.0, 9.0, 9.0, 9.0)
+        );
         assert_eq!(Percentiles::of(vec![]), None);
     }
 
