@@ -61,6 +61,21 @@ pub fn process_switches(pid: u32) -> Option<f64> {
     Some(total)
 }
 
+/// Read and write system calls (`syscr` + `syscw` of /proc/PID/io: reads, writes and their
+/// socket kin) a process has made so far: how many times it crossed into the kernel to move
+/// bytes, which batching on a connection brings down.
+pub fn process_syscalls(pid: u32) -> Option<f64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    let field = |name: &str| {
+        io.lines()
+            .find_map(|line| line.strip_prefix(name))?
+            .trim()
+            .parse::<f64>()
+            .ok()
+    };
+    Some(field("syscr:")? + field("syscw:")?)
+}
+
 /// Context switches of the whole machine so far.
 pub fn machine_switches() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
@@ -76,26 +91,38 @@ pub fn machine_switches() -> Option<f64> {
 pub struct Reading {
     at: Instant,
     machine: Option<(f64, f64)>,
-    /// (name, CPU seconds, context switches).
-    processes: Vec<(String, Option<f64>, Option<f64>)>,
+    processes: Vec<ProcessReading>,
+}
+
+#[derive(Debug, Clone)]
+struct ProcessReading {
+    name: String,
+    cpu_secs: Option<f64>,
+    switches: Option<f64>,
+    syscalls: Option<f64>,
+}
+
+impl ProcessReading {
+    fn of(name: &str, pid: u32, with_children: bool) -> Self {
+        Self {
+            name: name.to_owned(),
+            cpu_secs: process_secs(pid, with_children),
+            switches: process_switches(pid),
+            syscalls: process_syscalls(pid),
+        }
+    }
 }
 
 impl Reading {
     /// `watched`: (name, pid); this process (and the children it has waited for) is
     /// always included as `self`.
     pub fn now(watched: &[(String, u32)]) -> Self {
-        let mut processes = vec![(
-            "self".to_owned(),
-            process_secs(std::process::id(), true),
-            process_switches(std::process::id()),
-        )];
-        processes.extend(watched.iter().map(|(name, pid)| {
-            (
-                name.clone(),
-                process_secs(*pid, false),
-                process_switches(*pid),
-            )
-        }));
+        let mut processes = vec![ProcessReading::of("self", std::process::id(), true)];
+        processes.extend(
+            watched
+                .iter()
+                .map(|(name, pid)| ProcessReading::of(name, *pid, false)),
+        );
         Self {
             at: Instant::now(),
             machine: machine_busy_secs().zip(machine_switches()),
@@ -104,12 +131,14 @@ impl Reading {
     }
 
     /// Since `earlier`: `cores`, the cores busy on average (the machine's and each
-    /// process's), and `switches`, context switches per second.
+    /// process's), `switches`, context switches per second, and `syscalls`, each process's
+    /// read and write system calls per second.
     pub fn since(&self, earlier: &Self) -> serde_json::Value {
         let wall = self.at.duration_since(earlier.at).as_secs_f64().max(1e-9);
         let rate = |now: Option<f64>, then: Option<f64>| now.zip(then).map(|(n, t)| (n - t) / wall);
         let mut cores = serde_json::Map::new();
         let mut switches = serde_json::Map::new();
+        let mut syscalls = serde_json::Map::new();
         let (machine_now, machine_then) = (self.machine.unzip(), earlier.machine.unzip());
         if let Some(busy) = rate(machine_now.0, machine_then.0) {
             cores.insert("machine".into(), busy.into());
@@ -117,17 +146,18 @@ impl Reading {
         if let Some(per_sec) = rate(machine_now.1, machine_then.1) {
             switches.insert("machine".into(), per_sec.into());
         }
-        for ((name, cpu, ctx), (_, cpu_then, ctx_then)) in
-            self.processes.iter().zip(&earlier.processes)
-        {
-            if let Some(busy) = rate(*cpu, *cpu_then) {
-                cores.insert(name.clone(), busy.into());
+        for (now, then) in self.processes.iter().zip(&earlier.processes) {
+            if let Some(busy) = rate(now.cpu_secs, then.cpu_secs) {
+                cores.insert(now.name.clone(), busy.into());
             }
-            if let Some(per_sec) = rate(*ctx, *ctx_then) {
-                switches.insert(name.clone(), per_sec.into());
+            if let Some(per_sec) = rate(now.switches, then.switches) {
+                switches.insert(now.name.clone(), per_sec.into());
+            }
+            if let Some(per_sec) = rate(now.syscalls, then.syscalls) {
+                syscalls.insert(now.name.clone(), per_sec.into());
             }
         }
-        serde_json::json!({"cores": cores, "switches": switches})
+        serde_json::json!({"cores": cores, "switches": switches, "syscalls": syscalls})
     }
 }
 
@@ -159,10 +189,12 @@ pub async fn wrap(
         .await?;
     let after = Reading::now(watched);
     let mut report = after.since(&before);
-    // The kernel keeps an exited child's CPU time for its parent, not its context switches:
-    // ours alone would say nothing about the command.
-    if let Some(switches) = report["switches"].as_object_mut() {
-        switches.remove("self");
+    // The kernel keeps an exited child's CPU time for its parent, not its context switches
+    // or system calls: ours alone would say nothing about the command.
+    for kind in ["switches", "syscalls"] {
+        if let Some(per_process) = report[kind].as_object_mut() {
+            per_process.remove("self");
+        }
     }
     report["wall_s"] = after.at.duration_since(before.at).as_secs_f64().into();
     std::fs::write(out, report.to_string())?;

@@ -51,7 +51,7 @@ pub struct SendsArgs {
     /// Publishers in the pool; sends go round-robin over them.
     #[arg(long, default_value_t = 1)]
     producers: usize,
-    /// Orders in each transactional message (plain sends always carry one).
+    /// Orders in each message, transactional or plain.
     #[arg(long, default_value_t = 1)]
     orders_per_message: usize,
     /// Product id in the messages' order tokens (nothing consumes the topic).
@@ -115,8 +115,8 @@ pub async fn run(settings: &Settings, args: &SendsArgs) -> anyhow::Result<()> {
                         "errors": result.errors,
                         "seconds": args.seconds,
                         "sends_per_sec": result.sends as f64 / args.seconds,
-                        "orders_per_message": orders_per_message(args, tx),
-                        "orders_per_sec": (result.sends * orders_per_message(args, tx) as u64) as f64 / args.seconds,
+                        "orders_per_message": orders_per_message(args),
+                        "orders_per_sec": (result.sends * orders_per_message(args) as u64) as f64 / args.seconds,
                         "total_ms": percentiles(result.total_ms),
                         "half_ms": percentiles(result.half_ms),
                         "end_ms": percentiles(result.end_ms),
@@ -187,7 +187,7 @@ async fn window(
         let publisher = pool.publishers[worker % pool.publishers.len()].clone();
         let (local, nonce) = (pool.local.clone(), nonce.clone());
         let product = ProductId(args.product);
-        let per_message = orders_per_message(args, tx);
+        let per_message = orders_per_message(args);
         workers.spawn(async move {
             let mut mine = Window::default();
             loop {
@@ -216,7 +216,7 @@ async fn window(
                             .await,
                         Ok(TxDecision::Commit)
                     ),
-                    None => publisher.publish(order, None).await.is_ok(),
+                    None => publisher.publish_together(&orders, None).await.is_ok(),
                 };
                 let done = Instant::now();
                 let called = {
@@ -263,12 +263,8 @@ async fn window(
     (all, cpu)
 }
 
-fn orders_per_message(args: &SendsArgs, tx: bool) -> usize {
-    if tx {
-        args.orders_per_message.max(1)
-    } else {
-        1
-    }
+fn orders_per_message(args: &SendsArgs) -> usize {
+    args.orders_per_message.max(1)
 }
 
 fn ms(duration: Duration) -> f64 {
