@@ -264,7 +264,8 @@ impl OrderWriter {
         }
     }
 
-    /// Sends one deadline per product of the batch; false when one could not be sent.
+    /// Sends the deadlines of the batch, per product (as few as carry its orders); false
+    /// when one could not be sent.
     async fn schedule_deadlines(&self, orders: &[OrderPlaced], pay_by_ms: i64) -> bool {
         let Some(publisher) = &self.deadlines else {
             return true;
@@ -276,8 +277,10 @@ impl OrderWriter {
                 .or_default()
                 .push(order.order_token.clone());
         }
-        for (product, tokens) in by_product {
-            let deadline = Deadline::new(product, tokens, pay_by_ms);
+        let deadlines = by_product
+            .iter()
+            .flat_map(|(product, tokens)| Deadline::for_orders(*product, tokens, pay_by_ms));
+        for deadline in deadlines {
             if let Err(error) = publisher.schedule(&deadline).await {
                 metrics::counter!("seckill_deadlines_scheduled_total", "outcome" => "failed")
                     .increment(1);

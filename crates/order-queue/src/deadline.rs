@@ -106,6 +106,20 @@ impl Deadline {
         }
     }
 
+    /// The deadlines of one product's orders that share `pay_by_ms`: as few as carry them
+    /// all, each naming at most `MAX_ORDERS_PER_MESSAGE` (a consumer batch can hold many
+    /// times that of one product when the crowd packs its messages full).
+    pub fn for_orders(
+        product_id: ProductId,
+        order_tokens: &[OrderToken],
+        pay_by_ms: i64,
+    ) -> Vec<Self> {
+        order_tokens
+            .chunks(MAX_ORDERS_PER_MESSAGE)
+            .map(|tokens| Self::new(product_id, tokens.to_vec(), pay_by_ms))
+            .collect()
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("Deadline always serialises")
     }
@@ -473,6 +487,22 @@ mod tests {
 
     fn deadline() -> Deadline {
         Deadline::new(ProductId(7), tokens(7, 3), 1_700_000_900_000)
+    }
+
+    #[test]
+    fn more_orders_than_a_deadline_names_are_shared_out_over_several_each_named_once() {
+        let orders = tokens(7, 600);
+        let deadlines = Deadline::for_orders(ProductId(7), &orders, 1_700_000_900_000);
+        let sizes: Vec<usize> = deadlines.iter().map(|d| d.order_tokens.len()).collect();
+        assert_eq!(sizes, [256, 256, 88]);
+        let named: Vec<OrderToken> = deadlines
+            .iter()
+            .flat_map(|d| d.order_tokens.iter().cloned())
+            .collect();
+        assert_eq!(named, orders);
+        for deadline in &deadlines {
+            assert_eq!(Deadline::decode(&deadline.encode()).unwrap(), *deadline);
+        }
     }
 
     #[test]

@@ -278,6 +278,12 @@ impl LocalTransaction for CommitAll {
 /// would), the way reconcile re-publishes. The client gets a thread and a runtime of its own,
 /// started and shut down there: its runtime must never be dropped inside the test's.
 pub async fn publish(settings: Settings, orders: Vec<OrderPlaced>) {
+    publish_packed(settings, orders, 1).await;
+}
+
+/// As [`publish`], `per_message` orders (of one product) to a message, as a crowd's
+/// winners travel.
+pub async fn publish_packed(settings: Settings, orders: Vec<OrderPlaced>, per_message: usize) {
     let thread = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -290,8 +296,8 @@ pub async fn publish(settings: Settings, orders: Vec<OrderPlaced>) {
                 let publisher =
                     OrderPublisher::start(&mq, &settings.rocketmq, Arc::new(CommitAll)).await?;
                 let mut result = Ok(());
-                for order in &orders {
-                    result = publisher.publish(order, None).await;
+                for message in orders.chunks(per_message) {
+                    result = publisher.publish_together(message, None).await;
                     if result.is_err() {
                         break;
                     }

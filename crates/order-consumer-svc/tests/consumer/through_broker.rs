@@ -6,7 +6,7 @@ use domain::ProductId;
 use test_support::stack::TestStack;
 
 use crate::helpers::{
-    orders, publish, put_product, spawn_consumer, stock_flow_rows, stop, wait_until,
+    orders, publish, publish_packed, put_product, spawn_consumer, stock_flow_rows, stop, wait_until,
 };
 use crate::lifecycle::GRACE;
 
@@ -44,6 +44,44 @@ async fn published_orders_are_all_written_to_mysql_and_confirmed_in_redis() {
     let (stopped, took) = stop(consumer).await;
     stopped.expect("the consumer stops cleanly");
     assert!(took < GRACE, "stopping took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_of_full_messages_is_written_and_confirmed_with_more_orders_of_a_product_per_batch_than_a_deadline_names()
+ {
+    let stack = TestStack::new().await;
+    // Queued before the consumer starts, its batches take several full messages each: far
+    // more orders of the product than one deadline message may name.
+    let (messages, per_message) = (16, 200);
+    put_product(&stack, 1, messages * per_message).await;
+    let sent = orders(1, messages as u64 * per_message as u64);
+    publish_packed(stack.settings(&[]), sent.clone(), per_message as usize).await;
+
+    let consumer = spawn_consumer(&stack).await;
+
+    let cache = stack.redis.cache();
+    wait_until(DELIVERY, "every order written and confirmed", || async {
+        for order in &sent {
+            if !cache
+                .order_view(&order.order_token)
+                .await
+                .unwrap()
+                .confirmed
+            {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    let db = stack.db.db();
+    assert_eq!(
+        db.order_count(ProductId(1)).await.unwrap(),
+        sent.len() as i64
+    );
+    assert_eq!(db.stock(ProductId(1)).await.unwrap(), Some(0));
+    let (stopped, _) = stop(consumer).await;
+    stopped.expect("the consumer stops cleanly");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
