@@ -323,6 +323,13 @@ impl From<stock_cache::CacheError> for ApiError {
     }
 }
 
+/// Redis could not be asked for a sale window: 503.
+impl From<crate::sale_windows::ReadFailed> for ApiError {
+    fn from(error: crate::sale_windows::ReadFailed) -> Self {
+        Self::unavailable("Redis cannot be reached", error)
+    }
+}
+
 /// MySQL did not answer, or refused the statement: 503.
 impl From<order_store::StoreError> for ApiError {
     fn from(error: order_store::StoreError) -> Self {

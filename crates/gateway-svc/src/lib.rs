@@ -9,7 +9,8 @@
 //!   at `/api-docs/openapi.json` by `routes::docs`.
 //! - [`purchase`]: the purchase from the first check to the send, ending in a
 //!   `domain::PurchaseOutcome`, and the transaction listener (confirm.lua).
-//! - [`identity`], [`rate_limit`], [`sold_out`]: the cheap filters in front of Redis.
+//! - [`identity`], [`rate_limit`], [`sold_out`]: the cheap filters in front of Redis;
+//!   [`sale_windows`]: the windows tokens are issued by, read from Redis once a moment.
 
 pub mod error;
 pub mod identity;
@@ -18,6 +19,7 @@ pub mod purchase;
 pub mod rate_limit;
 pub mod responses;
 pub mod routes;
+pub mod sale_windows;
 pub mod settings;
 pub mod sold_out;
 pub mod startup;

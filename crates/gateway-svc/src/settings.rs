@@ -91,6 +91,9 @@ pub struct GatewaySettings {
     pub send_patience_ms: u64,
     /// How long a message's first winner waits for others to join it (unless it fills).
     pub send_linger_ms: u64,
+    /// How long a product's sale window, as issuing a token reads it, is kept (0: read for
+    /// every token).
+    pub sale_window_cache_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

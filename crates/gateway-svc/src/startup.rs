@@ -21,6 +21,7 @@ use crate::identity::IdentityConfig;
 use crate::purchase::{ConfirmInRedis, PurchaseDesk};
 use crate::rate_limit::RateLimits;
 use crate::routes::{self, AppState, Audience};
+use crate::sale_windows::SaleWindows;
 use crate::settings::Settings;
 use crate::sold_out::SoldOutFlags;
 use crate::watch::OrderWatch;
@@ -98,6 +99,7 @@ struct SharedState {
     mysql_per_worker: usize,
     batcher: OrderBatcher,
     sold_out: Arc<SoldOutFlags>,
+    sale_windows: Arc<SaleWindows>,
     signer: TokenSigner,
     limits: Arc<RateLimits>,
     token_ttl: Duration,
@@ -134,6 +136,7 @@ impl SharedState {
             signer: self.signer.clone(),
             limits: self.limits.clone(),
             sold_out: self.sold_out.clone(),
+            sale_windows: self.sale_windows.clone(),
             token_ttl: self.token_ttl,
             backlog: self.backlog.clone(),
             reload_drain: self.reload_drain,
@@ -201,6 +204,9 @@ impl Application {
                 },
             ),
             sold_out: Arc::new(SoldOutFlags::default()),
+            sale_windows: Arc::new(SaleWindows::new(Duration::from_millis(
+                settings.gateway.sale_window_cache_ms,
+            ))),
             signer,
             limits: Arc::new(RateLimits::new(&settings.rate_limit)),
             token_ttl: Duration::from_secs(settings.tokens.ttl_secs),

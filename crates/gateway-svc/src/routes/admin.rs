@@ -177,6 +177,8 @@ pub async fn put_product(
             load_into_redis(cache, product, terms, force, mysql)
         })
         .await;
+    // Whatever came of it, Redis may hold a new window (or a new sale) now.
+    state.sale_windows.forget(product).await;
     let loaded = match put {
         Ok((_, Loaded::Known(loaded))) => loaded,
         Ok((_, Loaded::FateUnknown(cause))) => {

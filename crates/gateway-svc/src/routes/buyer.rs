@@ -69,10 +69,9 @@ pub async fn issue_token(
     state.limits.check_user(buyer.0)?;
 
     // One read for both: whether the sale is open, and which sale the token is for.
-    let window = match state.cache.sale_window(product).await {
-        Ok(Some(window)) => window,
-        Ok(None) => return Err(not_loaded_or_unknown(&state, product).await),
-        Err(error) => return Err(error.into()),
+    let read = state.cache.sale_window(product);
+    let Some(window) = state.sale_windows.get(product, read).await? else {
+        return Err(not_loaded_or_unknown(&state, product).await);
     };
     let now = Utc::now();
     let now_ms = now.timestamp_millis();

@@ -31,6 +31,7 @@ use crate::error::ApiError;
 use crate::openapi;
 use crate::purchase::PurchaseDesk;
 use crate::rate_limit::RateLimits;
+use crate::sale_windows::SaleWindows;
 use crate::sold_out::SoldOutFlags;
 use crate::watch::OrderWatch;
 
@@ -43,6 +44,7 @@ pub struct AppState {
     pub signer: TokenSigner,
     pub limits: Arc<RateLimits>,
     pub sold_out: Arc<SoldOutFlags>,
+    pub sale_windows: Arc<SaleWindows>,
     pub token_ttl: Duration,
     /// Asked by a reload: the order messages not yet written to MySQL.
     pub backlog: Arc<OrderBacklog>,

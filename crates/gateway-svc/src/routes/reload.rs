@@ -110,6 +110,7 @@ pub async fn reload_product(
         });
     }
     let rebuilt = rebuild(&state, product, &row).await;
+    state.sale_windows.forget(product).await;
     if let Err(error) = state.db.release_lease(&lease, holder).await {
         tracing::warn!(product_id = %product, error = ?error, "Cannot release the reload lease; it expires by itself.");
     }

@@ -10,9 +10,7 @@ use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 use test_support::service::InProcessService;
 
-use crate::helpers::{
-    ADMIN, TestApp, assert_error, body, spawn_app_with_consumer, spawn_app_with_consumer_and,
-};
+use crate::helpers::{ADMIN, TestApp, assert_error, body, spawn_app_with_consumer_and};
 
 const CONFIRMED_WITHIN: Duration = Duration::from_secs(30);
 
@@ -51,7 +49,10 @@ async fn mysql_orders(app: &TestApp, product: u64) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_product_redis_lost_is_not_sold_until_a_reload_rebuilds_it_from_mysql() {
-    let app = spawn_app_with_consumer().await;
+    let kept = Duration::from_millis(200);
+    let kept_ms = kept.as_millis().to_string();
+    let app =
+        spawn_app_with_consumer_and(&[("SECKILL_GATEWAY__SALE_WINDOW_CACHE_MS", &kept_ms)]).await;
     let product = 7101;
     app.open_sale(product, 10, 1).await;
     let mut sold = Vec::new();
@@ -63,15 +64,17 @@ async fn a_product_redis_lost_is_not_sold_until_a_reload_rebuilds_it_from_mysql(
 
     let held_through_the_loss = app.token(5, product).await;
     lose_redis_data(&app);
-    // Neither a token nor a purchase with one issued before: Redis cannot say what is left.
+    // No purchase, even with a token issued before: Redis cannot say what is left. Nor a
+    // token, once the window this gateway remembered is up.
     assert_error(
-        app.request_token(5, product).await,
+        app.purchase(5, product, &held_through_the_loss, 1).await,
         StatusCode::SERVICE_UNAVAILABLE,
         "UNAVAILABLE",
     )
     .await;
+    tokio::time::sleep(kept * 2).await;
     assert_error(
-        app.purchase(5, product, &held_through_the_loss, 1).await,
+        app.request_token(5, product).await,
         StatusCode::SERVICE_UNAVAILABLE,
         "UNAVAILABLE",
     )
