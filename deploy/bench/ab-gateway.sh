@@ -106,6 +106,13 @@ for k in sys.argv[2:]: v = v[k]
 print(round(v, 1))' "$@"
 }
 
+# The services migrate the schema but do not create the database (a bench run may have just
+# dropped it): seckill-migrate does, as services.sh start runs it.
+(cd "$repo" && "${bin_dir}/seckill-migrate") >"${work}/migrate.log" 2>&1 || {
+  echo "ab-gateway: seckill-migrate failed:" >&2
+  cat "${work}/migrate.log" >&2
+  exit 1
+}
 "${bin_dir}/order-consumer-svc" >"${work}/consumer.log" 2>&1 &
 pids+=($!)
 stamp="$(date +%s)"
