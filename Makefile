@@ -13,7 +13,7 @@ export BIN_DIR ?= $(CARGO_TARGET_DIR)/release
 STACK := deploy/local/stack.sh
 SERVICES := deploy/local/services.sh
 
-.PHONY: help stack stack-down build run stop stop-all demo bench test fuzz lint k8s-lint e2e
+.PHONY: help stack stack-down build run stop stop-all demo bench bench-cost test fuzz lint k8s-lint e2e
 
 ##@ Help
 
@@ -51,6 +51,9 @@ demo: stack build ## Run a simulated sale (5000 buyers, 500 units) and print the
 bench: stack build ## Measure every stage against its ceiling (gateway, broker, consumer, reconcile, profiles); writes BENCHMARKS.md
 	deploy/bench/run.sh
 
+bench-cost: stack build ## CPU per sold unit against each part's floor, and the latency curve (a part of make bench, alone); prints Markdown
+	deploy/bench/cost.sh
+
 ##@ Checks
 
 # Cargo features the tests need compiled into the services' debug binaries: the fail points
@@ -79,7 +82,7 @@ lint: ## fmt check, clippy, shellcheck, and k8s-lint
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	deploy/local/ensure-tools.sh shellcheck
-	shellcheck deploy/local/*.sh deploy/*.sh deploy/e2e/*.sh deploy/test/*.sh .ci/run
+	shellcheck deploy/local/*.sh deploy/*.sh deploy/bench/*.sh deploy/e2e/*.sh deploy/test/*.sh .ci/run
 	deploy/k8s-lint.sh
 
 # The dashboard and the alert rules are checked with the rest of `make lint`.

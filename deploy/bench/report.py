@@ -6,14 +6,14 @@ Figures are medians over the rounds, with each round listed; a ratio is the rati
 two medians; "holds" compares it with the issue's target.
 """
 
-import csv
 import glob
 import json
 import os
 import platform
 import re
-import statistics
 import sys
+
+from figures import fmt, holds, med, ratio, redis_benchmark, series, wrk
 
 work, out = sys.argv[1], sys.argv[2]
 params = json.load(open(f"{work}/params.json"))
@@ -29,57 +29,6 @@ def load(name):
 
 def loads(pattern):
     return [load(pattern.format(r)) for r in R]
-
-
-def med(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def fmt(value, digits=0):
-    if value is None:
-        return "–"
-    return f"{value:,.{digits}f}"
-
-
-def series(values, digits=0):
-    return ", ".join(fmt(v, digits) for v in values)
-
-
-def holds(ok):
-    if ok is None:
-        return "not measured"
-    return "**holds**" if ok else "**missed**"
-
-
-def ratio(a, b):
-    return a / b if a is not None and b else None
-
-
-def wrk(path):
-    """Requests/s, total requests, non-2xx count and latency percentiles of one wrk run."""
-    text = open(path).read()
-    result = {"rps": None, "requests": None, "non2xx": 0, "errors": None, "p50": None, "p99": None}
-    if m := re.search(r"Requests/sec:\s+([\d.]+)", text):
-        result["rps"] = float(m.group(1))
-    if m := re.search(r"(\d+) requests in", text):
-        result["requests"] = int(m.group(1))
-    if m := re.search(r"Non-2xx or 3xx responses: (\d+)", text):
-        result["non2xx"] = int(m.group(1))
-    if m := re.search(r"Socket errors: (.*)", text):
-        result["errors"] = m.group(1).strip()
-    for p in ("50", "99"):
-        if m := re.search(rf"^\s+{p}(?:\.000)?%\s+([\d.]+)(us|ms|s)\s*$", text, re.M):
-            value, unit = float(m.group(1)), m.group(2)
-            result[f"p{p}"] = value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
-    return result
-
-
-def redis_benchmark(path):
-    rows = list(csv.DictReader(open(path)))
-    row = rows[-1]
-    return {"rps": float(row["rps"]), "p50": float(row.get("p50_latency_ms", "nan")),
-            "p99": float(row.get("p99_latency_ms", "nan"))}
 
 
 def pairs(rows, a, b):
@@ -265,6 +214,11 @@ if overload_measured:
 w("")
 
 # ------------------------------------------------------------------ details
+w("## CPU per sold unit, against each part's floor; the latency curve")
+w("")
+w(open(f"{work}/cost.md").read().rstrip())
+w("")
+
 w("## 1. Pre-deduct: the gateway against redis-benchmark")
 w("")
 w(f"`redis-benchmark -c 50 -n {params['lua_requests']:,} -r 10^9 EVALSHA <sha of lua/pre_deduct.lua> 5 <the five keys> "
@@ -289,7 +243,7 @@ w(f"| — non-2xx / requests (every answer a 409) | | {pairs(dup, 'non2xx', 'req
 w(f"| ratio purchases / EVALSHA | {fmt(ratio(purchase_med, lua_med), 3)} | |")
 w(f"| ratio DUPLICATE path / EVALSHA | {fmt(ratio(dup_med, lua_med), 2)} | |")
 w("")
-dup_flows = open(f"{work}/dup-flows").read().strip()
+dup_flows = open(f"{work}/dup-tokens.txt.flows").read().strip()
 dup_probe = open(f"{work}/dup-probe.json").read().strip()
 w(f"The DUPLICATE row is the gateway's purchase path up to and including pre_deduct.lua (HTTP, "
   f"identity, rate limits, token check, the script) without the send: 1,000 pre-signed tokens "

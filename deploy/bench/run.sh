@@ -25,6 +25,8 @@
 #   9. reconcile-svc --once over a consistent sale of FLOWS units (deploy/bench/reconcile.sh);
 #   9b. the cost of redis.wait_replicas: one gateway with WAIT off against on, a replica
 #      following the stack's Redis (deploy/bench/wait-cost.sh);
+#   9c. CPU per sold unit, process by process, against each part's floor, and the latency
+#      curve (deploy/bench/cost.sh);
 #  10. with PROFILE=1 (default) and a working perf: flame graphs of the gateway (purchases,
 #      rejections) and of the consumer (drain) into docs/bench/.
 # Needs the local stack up and the release binaries built (the make target does both). The
@@ -38,8 +40,8 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "${here}/../.." && pwd)"
-bin_dir="${BIN_DIR:?BIN_DIR is the folder of the release binaries}"
+# shellcheck source=deploy/bench/lib.sh
+source "${here}/lib.sh"
 rounds="${ROUNDS:-3}"
 reject_rounds="${REJECT_ROUNDS:-5}"
 buyers="${BUYERS:-20000}"
@@ -53,8 +55,6 @@ gateway_per_message="${GATEWAY_PER_MESSAGE:-16}"
 # About 5 s of purchases a round: rounds of 8,000 (under 2 s) spread from 3,000 to 4,700/s.
 purchase_buyers="${PURCHASE_BUYERS:-24000}"
 lua_requests="${LUA_REQUESTS:-300000}"
-wrk_secs="${WRK_SECS:-10}"
-wrk_conns="${WRK_CONNS:-64}"
 # Under the gateway's default orders.max_watchers (10,000).
 event_streams="${EVENT_STREAMS:-5000}"
 profile="${PROFILE:-1}"
@@ -62,43 +62,7 @@ out="${BENCH_OUT:-${repo}/BENCHMARKS.md}"
 svg_dir="${BENCH_SVG_DIR:-${repo}/docs/bench}"
 cache="${SECKILL_CACHE:-${HOME}/.cache/seckill}"
 inferno="${cache}/tools/inferno/bin"
-run_dir="${SECKILL_RUN_DIR:-${repo}/.run}"
-services="${repo}/deploy/local/services.sh"
-# Local mode: the services and the bench tool sign and check with config/local.toml's keys.
-export SECKILL_ENV="${SECKILL_ENV:-local}"
-gateway="http://127.0.0.1:8080"
 bare_listen="127.0.0.1:18090"
-redis_port="${SECKILL_STACK_REDIS_PORT:-16379}"
-mysql_port="${SECKILL_STACK_MYSQL_PORT:-13306}"
-mysql_base="mysql://seckill:seckill@127.0.0.1:${mysql_port}"
-sales_database=seckill_bench_sales
-sales_prefix="bench-sales"
-stamp="$(date +%s)"
-# A product id of its own for every sale of every run: a put of an id that has orders is a
-# restock, not a fresh sale. Its argument (stage digit, round) names the sale within the run.
-product_of() { echo "$((stamp * 1000 + $1))"; }
-# BENCH_WORK keeps the raw outputs (wrk, redis-benchmark, JSON, folded stacks) there.
-work="${BENCH_WORK:-$(mktemp -d)}"
-mkdir -p "$work"
-bench="${bin_dir}/seckill-bench"
-
-log() { printf 'bench: %s\n' "$*" >&2; }
-die() {
-  printf 'bench: error: %s\n' "$*" >&2
-  exit 1
-}
-
-# Drops the services' sales: their flows from Redis and their database. Kept, every run's
-# would grow Redis by hundreds of MB (it rewrites its append-only file, a fork copying the
-# whole dataset on the same cores, each time the file doubles) and MySQL by about a quarter
-# of a million orders; and removing only the flows would leave orders the local reconcile
-# reports as orphans. Idempotent: also run on exit, whatever the run got to.
-forget_sales() {
-  redis-cli -p "$redis_port" --scan --pattern "{${sales_prefix}:*" |
-    xargs -r redis-cli -p "$redis_port" UNLINK >/dev/null
-  mysql -h 127.0.0.1 -P "$mysql_port" -u seckill -pseckill \
-    -e "DROP DATABASE IF EXISTS \`${sales_database}\`"
-}
 
 bare_pid=""
 cleanup() {
@@ -178,69 +142,7 @@ profile() {
     <"${work}/${name}.folded" >"${svg_dir}/${name}.svg" || log "no flame graph of ${name}"
 }
 
-gateway_pid() { cat "${run_dir}/gateway-svc.pid"; }
-
-# watch_args NAME...: `--watch NAME=PID` for each named service or stack component that runs,
-# for `seckill-bench cpu|sends|drain|write-orders` to report how busy it was.
-watch_args() {
-  local name f
-  for name in "$@"; do
-    case "$name" in
-      gateway | consumer) f="${run_dir}/${name/consumer/order-consumer}-svc.pid" ;;
-      *) f="${run_dir}/stack/${name}/${name}.pid" ;;
-    esac
-    [[ -s $f ]] && printf -- '--watch\n%s=%s\n' "$name" "$(<"$f")"
-  done
-  return 0
-}
-
-metric() { # metric NAME_WITH_LABELS: the gateway's current value (0 when absent)
-  curl -fsS "${gateway}/metrics" | awk -v m="$1" '$1 == m { v = $2 } END { print v + 0 }'
-}
-
-rate_limited() {
-  echo "$(($(metric 'seckill_rate_limited_total{scope="user"}') + $(metric 'seckill_rate_limited_total{scope="global"}')))"
-}
-
-# wrk_run OUT URL TOKENS PRODUCT [WATCH...]: one wrk pass with the purchase script; with
-# WATCH arguments, how busy they and the machine were goes to OUT.cpu.json.
-wrk_run() {
-  local out="$1" url="$2" tokens="$3" product="$4"
-  shift 4
-  BENCH_TOKENS="$tokens" BENCH_PRODUCT="$product" "$bench" cpu --out "${out}.cpu.json" "$@" -- \
-    wrk -t2 -c"$wrk_conns" -d"${wrk_secs}s" --latency -s "${here}/purchase.lua" "$url" >"$out"
-}
-
-probe() { # probe OUT TOKENS PRODUCT: the answer to the first buyer's purchase, for the report
-  local user token
-  read -r user token <"$2"
-  curl -sS -X POST "${gateway}/api/v1/products/$3/purchase" -H 'Content-Type: application/json' \
-    -H "X-User-Id: ${user}" -d "{\"token\":\"${token}\",\"quantity\":1}" >"$1"
-}
-
-sale() { # sale OUT ARGS...: sale-sim against the gateway, JSON report into OUT, and how
-  # busy the services, the stack and the machine were into OUT.cpu.json
-  local report="$1" watched
-  shift
-  mapfile -t watched < <(watch_args gateway consumer redis mariadb broker)
-  "$bench" cpu --out "${report%.json}.cpu.json" "${watched[@]}" -- \
-    "${bin_dir}/sale-sim" --gateway "$gateway" --json --no-progress "$@" >"$report" || {
-    local status=$?
-    ((status == 1)) || die "sale-sim could not run ($*)"
-    log "sale-sim reported violations ($*): see BENCHMARKS.md"
-  }
-}
-
 # ---------------------------------------------------------------- the gateway's stages
-# start_services [NAME=VALUE...]: the services on the sales' database and prefix, with the
-# rate limits raised (the instance-wide one too: the refusal path runs above its default of
-# 100,000/s) and any further settings given.
-start_services() {
-  env SECKILL_RATE_LIMIT__USER_PER_SEC=1000000 SECKILL_RATE_LIMIT__USER_BURST=1000000 \
-    SECKILL_RATE_LIMIT__GLOBAL_PER_SEC=10000000 \
-    SECKILL_MYSQL__URL="${mysql_base}/${sales_database}" SECKILL_REDIS__KEY_PREFIX="$sales_prefix" \
-    "$@" "$services" start >&2
-}
 forget_sales # an interrupted run's
 start_services
 
@@ -280,23 +182,13 @@ curl -fsS "${gateway}/metrics" >"${work}/purchase-metrics-after.txt"
 
 log "purchases that stop at pre_deduct: re-used tokens (DUPLICATE), wrk"
 dup_product="$(product_of 50)"
-sale "${work}/dup-setup.json" --buyers 1 --stock 100000000 --product "$dup_product"
-SECKILL_CONFIG_DIR="${repo}/config" "$bench" sign-tokens --product "$dup_product" \
-  --users 1000 --first-user 1001 --out "${work}/dup-tokens.txt"
-for pass in 1 2 3; do # first use of each token: 1,000 winners, each sent to the broker
-  wrk_run "${work}/dup-warm-${pass}.txt" "$gateway" "${work}/dup-tokens.txt" "$dup_product"
-  flows_now="$(curl -fsS -H 'Authorization: Bearer dev-admin-token' \
-    "${gateway}/admin/v1/products/${dup_product}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["flows"])')"
-  ((flows_now >= 1001)) && break
-done
-echo "$flows_now" >"${work}/dup-flows"
+duplicate_tokens "$dup_product" "${work}/dup-tokens.txt"
 probe "${work}/dup-probe.json" "${work}/dup-tokens.txt" "$dup_product"
 
 log "rejections after sell-out: the gateway against a bare actix-web handler (wrk)"
 so_product="$(product_of 51)"
 sale "${work}/soldout-setup.json" --buyers 2 --stock 1 --product "$so_product"
-SECKILL_CONFIG_DIR="${repo}/config" "$bench" sign-tokens --product "$so_product" \
-  --users 1000 --first-user 1 --out "${work}/so-tokens.txt"
+sign_tokens "$so_product" 1 "${work}/so-tokens.txt"
 probe "${work}/so-probe.json" "${work}/so-tokens.txt" "$so_product"
 "$bench" bare-http --listen "$bare_listen" 2>"${work}/bare-http.log" &
 bare_pid=$!
@@ -424,6 +316,14 @@ forget_sales
 log "redis.wait_replicas off against on, a replica following the stack's Redis (${rounds} rounds)"
 SECKILL_MYSQL__URL="${mysql_base}/${sales_database}" SECKILL_REDIS__KEY_PREFIX="$sales_prefix" \
   BIN_DIR="$bin_dir" ROUNDS="$rounds" "${here}/wait-cost.sh" >"${work}/wait-cost.md"
+forget_sales
+
+# ---------------------------------------------------------------- CPU per sold unit
+# cost.sh starts the services again, on the sales' database and prefix, and stops them; its
+# raw outputs go to a folder of their own (its names overlap those above).
+log "CPU per sold unit against each part's floor, and the latency curve (${rounds} rounds)"
+BENCH_WORK="${work}/cost" COST_SVG="${svg_dir}/latency-curve.svg" ROUNDS="$rounds" \
+  "${here}/cost.sh" >"${work}/cost.md"
 forget_sales
 
 # ---------------------------------------------------------------- the broker: sends
