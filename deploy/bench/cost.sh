@@ -20,7 +20,8 @@
 # size), MariaDB's and the consumer's (Db::write_orders in the consumer's batches and
 # tasks). Last, the services again and the curve: open loop at LEVELS % (10 25 50 75 90) of
 # the median closed-loop rate, CURVE_SECS (8) s each, levels rising in one round and falling
-# in the next; latency counts from each purchase's scheduled moment.
+# in the next; then PAUSED_LEVELS % (25 50) with the consumer stopped, the purchase path's
+# own tail. Latency counts from each purchase's scheduled moment.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -32,6 +33,8 @@ lua_requests="${LUA_REQUESTS:-300000}"
 closed_buyers="${CLOSED_BUYERS:-24000}"
 read -r -a levels <<<"${LEVELS:-10 25 50 75 90}"
 curve_secs="${CURVE_SECS:-8}"
+read -r -a paused_levels <<<"${PAUSED_LEVELS:-25 50}"
+catch_up_secs="${CATCH_UP_SECS:-10}"
 svg="${COST_SVG:-${repo}/docs/bench/latency-curve.svg}"
 floor_database=seckill_bench_floor
 consumer_ops="http://127.0.0.1:8081"
@@ -163,6 +166,20 @@ for round in $(seq 1 "$rounds"); do
       --stock 10000000 --product "$(product_of "$((200 + round * 100 + level))")" --concurrency 64 \
       --rate "$rate"
   done
+  # The same rates with the write path paused: the consumer stopped, the orders waiting in
+  # the broker. On a host this small the consumer's and MariaDB's bursts share the cores with
+  # the purchase path; here the purchase path's own tail shows, as it would with the
+  # consumers and MySQL on other nodes.
+  kill "$(<"${run_dir}/order-consumer-svc.pid")"
+  for level in "${paused_levels[@]}"; do
+    rate=$((closed_rate * level / 100))
+    log "curve round ${round}/${rounds}: open loop at ${level} % (${rate} purchases/s), the consumer stopped"
+    sale "${work}/paused-${level}-${round}.json" --buyers "$((rate * curve_secs))" \
+      --stock 10000000 --product "$(product_of "$((900 + round * 100 + level))")" --concurrency 64 \
+      --rate "$rate" --drain-timeout-secs 1
+  done
+  start_services
+  sleep "$catch_up_secs" # the consumer writes the waiting orders before the next round
 done
 
 python3 "${here}/cost_report.py" "$work" "$rounds" "${levels[*]}" "$svg"

@@ -8,6 +8,7 @@ divided by the operations in it; figures are medians over the rounds, each round
 ratio is the ratio of two medians.
 """
 
+import glob
 import json
 import os
 import re
@@ -202,6 +203,25 @@ def at(level, key):
     return next((p[key] for p in curve if p["level"] == level), None)
 
 
+paused_levels = sorted({int(os.path.basename(f).split("-")[1]) for f in glob.glob(f"{work}/paused-*-1.json")})
+paused = {}
+if paused_levels:
+    w("The same rates with the write path paused (order-consumer-svc stopped, the orders waiting "
+      "in the broker, written once it is back): the purchase path's own tail, as with the "
+      "consumers and MySQL on other nodes.")
+    w("")
+    w("| share of the closed-loop rate | purchases/s asked | p50 (ms) | p99 (ms) | p99.9 (ms) | p99 rounds (ms) |")
+    w("|---|---|---|---|---|---|")
+    for level in paused_levels:
+        runs = [load(f"paused-{level}-{r}.json") for r in R]
+        lat = [x.get("purchase_latency_ms") or {} for x in runs]
+        paused[level] = med([l.get("p99") for l in lat])
+        w(f"| {level} % | {fmt(med([x.get('target_rate') for x in runs]))} | "
+          f"{fmt(med([l.get('p50') for l in lat]), 1)} | {fmt(paused[level], 1)} | "
+          f"{fmt(med([l.get('p999') for l in lat]), 1)} | {series([l.get('p99') for l in lat], 1)} |")
+    w("")
+
+
 w("| target (issue: CPU per sold unit, re-based) | measured | target | |")
 w("|---|---|---|---|")
 w(f"| the system's CPU per sold unit / the sum of the floors | {fmt(ratio(total, floor_total), 2)} | ≤ 1.5 | "
@@ -215,6 +235,9 @@ for level, target in ((25, 10), (50, 20)):
     value = at(level, "p99")
     w(f"| p99 at {level} % of the closed-loop rate (ms) | {fmt(value, 1)} | < {target} | "
       f"{holds(value < target if value is not None else None)} |")
+    if level in paused:
+        w(f"| — the same, the write path paused (ms) | {fmt(paused[level], 1)} | < {target} | "
+          f"{holds(paused[level] < target if paused[level] is not None else None)} |")
 w(f"| {sales[0]['stock']:,}-unit sale, first request → last order in MySQL (units/s) | "
   f"{fmt(med(units_per_sec))} | ≥ 9,000 | {holds(med(units_per_sec) >= 9000 if med(units_per_sec) else None)} |")
 print("\n".join(out))
