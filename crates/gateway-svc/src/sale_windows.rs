@@ -99,12 +99,13 @@ mod tests {
         sale: 3,
     };
 
-    /// Counts the reads of Redis it stands in for, each answering `answer`.
-    struct Redis {
+    /// The read a caller hands to `get`, as a counted future answering `answer`: these
+    /// tests are of what the windows remember, not of Redis (the API tests read it for real).
+    struct Reads {
         reads: AtomicUsize,
     }
 
-    impl Redis {
+    impl Reads {
         fn new() -> Self {
             Self {
                 reads: AtomicUsize::new(0),
@@ -120,96 +121,96 @@ mod tests {
             answer
         }
 
-        fn reads(&self) -> usize {
+        fn count(&self) -> usize {
             self.reads.load(Ordering::SeqCst)
         }
     }
 
     #[tokio::test]
     async fn a_window_is_read_once_while_it_is_remembered() {
-        let (windows, redis) = (SaleWindows::new(Duration::from_secs(60)), Redis::new());
+        let (windows, reads) = (SaleWindows::new(Duration::from_secs(60)), Reads::new());
         for _ in 0..3 {
-            let window = windows.get(PRODUCT, redis.read(Ok(Some(WINDOW)))).await;
+            let window = windows.get(PRODUCT, reads.read(Ok(Some(WINDOW)))).await;
             assert_eq!(window.unwrap(), Some(WINDOW));
         }
-        assert_eq!(redis.reads(), 1);
+        assert_eq!(reads.count(), 1);
     }
 
     #[tokio::test]
     async fn buyers_who_miss_together_share_one_read() {
-        let (windows, redis) = (SaleWindows::new(Duration::from_secs(60)), Redis::new());
-        let gets = (0..50).map(|_| windows.get(PRODUCT, redis.read(Ok(Some(WINDOW)))));
+        let (windows, reads) = (SaleWindows::new(Duration::from_secs(60)), Reads::new());
+        let gets = (0..50).map(|_| windows.get(PRODUCT, reads.read(Ok(Some(WINDOW)))));
         for window in futures::future::join_all(gets).await {
             assert_eq!(window.unwrap(), Some(WINDOW));
         }
-        assert_eq!(redis.reads(), 1);
+        assert_eq!(reads.count(), 1);
     }
 
     #[tokio::test]
     async fn a_window_is_read_again_once_its_time_is_up() {
-        let (windows, redis) = (SaleWindows::new(Duration::from_millis(50)), Redis::new());
+        let (windows, reads) = (SaleWindows::new(Duration::from_millis(50)), Reads::new());
         windows
-            .get(PRODUCT, redis.read(Ok(Some(WINDOW))))
+            .get(PRODUCT, reads.read(Ok(Some(WINDOW))))
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(120)).await;
         windows
-            .get(PRODUCT, redis.read(Ok(Some(WINDOW))))
+            .get(PRODUCT, reads.read(Ok(Some(WINDOW))))
             .await
             .unwrap();
-        assert_eq!(redis.reads(), 2);
+        assert_eq!(reads.count(), 2);
     }
 
     #[tokio::test]
     async fn a_window_this_gateway_changed_is_read_again_at_once() {
-        let (windows, redis) = (SaleWindows::new(Duration::from_secs(60)), Redis::new());
+        let (windows, reads) = (SaleWindows::new(Duration::from_secs(60)), Reads::new());
         windows
-            .get(PRODUCT, redis.read(Ok(Some(WINDOW))))
+            .get(PRODUCT, reads.read(Ok(Some(WINDOW))))
             .await
             .unwrap();
         windows.forget(PRODUCT).await;
         let moved = SaleWindow { sale: 4, ..WINDOW };
-        let window = windows.get(PRODUCT, redis.read(Ok(Some(moved)))).await;
+        let window = windows.get(PRODUCT, reads.read(Ok(Some(moved)))).await;
         assert_eq!(window.unwrap(), Some(moved));
-        assert_eq!(redis.reads(), 2);
+        assert_eq!(reads.count(), 2);
     }
 
     #[tokio::test]
     async fn a_product_redis_does_not_have_is_never_remembered() {
-        let (windows, redis) = (SaleWindows::new(Duration::from_secs(60)), Redis::new());
+        let (windows, reads) = (SaleWindows::new(Duration::from_secs(60)), Reads::new());
         assert_eq!(
-            windows.get(PRODUCT, redis.read(Ok(None))).await.unwrap(),
+            windows.get(PRODUCT, reads.read(Ok(None))).await.unwrap(),
             None
         );
-        let loaded = windows.get(PRODUCT, redis.read(Ok(Some(WINDOW)))).await;
+        let loaded = windows.get(PRODUCT, reads.read(Ok(Some(WINDOW)))).await;
         assert_eq!(loaded.unwrap(), Some(WINDOW));
-        assert_eq!(redis.reads(), 2);
+        assert_eq!(reads.count(), 2);
     }
 
     #[tokio::test]
     async fn a_failed_read_is_told_and_not_remembered() {
-        let (windows, redis) = (SaleWindows::new(Duration::from_secs(60)), Redis::new());
+        let (windows, reads) = (SaleWindows::new(Duration::from_secs(60)), Reads::new());
         let failed = windows
             .get(
                 PRODUCT,
-                redis.read(Err(CacheError::Timeout(Duration::from_millis(1)))),
+                reads.read(Err(CacheError::Timeout(Duration::from_millis(1)))),
             )
             .await;
         assert!(failed.unwrap_err().to_string().contains("did not answer"));
-        let window = windows.get(PRODUCT, redis.read(Ok(Some(WINDOW)))).await;
+        let window = windows.get(PRODUCT, reads.read(Ok(Some(WINDOW)))).await;
         assert_eq!(window.unwrap(), Some(WINDOW));
-        assert_eq!(redis.reads(), 2);
+        assert_eq!(reads.count(), 2);
     }
 
     #[tokio::test]
     async fn with_no_time_to_keep_every_token_reads_redis() {
-        let (windows, redis) = (SaleWindows::new(Duration::ZERO), Redis::new());
+        let (windows, reads) = (SaleWindows::new(Duration::ZERO), Reads::new());
         for _ in 0..3 {
             windows
-                .get(PRODUCT, redis.read(Ok(Some(WINDOW))))
+                .get(PRODUCT, reads.read(Ok(Some(WINDOW))))
                 .await
                 .unwrap();
         }
-        assert_eq!(redis.reads(), 3);
+        assert_eq!(reads.count(), 3);
     }
 }
