@@ -24,7 +24,10 @@ help: ## Show the targets
 
 ##@ Local run
 
+# The sweep first: the broker refuses sends on a nearly full disk, and the build that
+# follows (demo, bench) would otherwise sweep only after the broker had started.
 stack: ## Start the local Redis, MariaDB and RocketMQ (installs them first when missing)
+	deploy/local/sweep-cache.sh
 	$(STACK) up
 
 stack-down: ## Stop the local stack (its data is kept)
