@@ -174,7 +174,8 @@ for round in $(seq 1 "$rounds"); do
   for level in "${paused_levels[@]}"; do
     rate=$((closed_rate * level / 100))
     log "curve round ${round}/${rounds}: open loop at ${level} % (${rate} purchases/s), the consumer stopped"
-    sale "${work}/paused-${level}-${round}.json" --buyers "$((rate * curve_secs))" \
+    unwritten_expected=1 sale "${work}/paused-${level}-${round}.json" \
+      --buyers "$((rate * curve_secs))" \
       --stock 10000000 --product "$(product_of "$((900 + round * 100 + level))")" --concurrency 64 \
       --rate "$rate" --drain-timeout-secs 1
   done

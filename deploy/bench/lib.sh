@@ -88,7 +88,9 @@ probe() { # probe OUT TOKENS PRODUCT: the answer to the first buyer's purchase, 
 }
 
 sale() { # sale OUT ARGS...: sale-sim against the gateway, JSON report into OUT, and how
-  # busy the services, the stack and the machine were into OUT.cpu.json
+  # busy the services, the stack and the machine were into OUT.cpu.json. With
+  # `unwritten_expected=1 sale ...` (the consumer stopped on purpose), the orders sale-sim
+  # then finds missing from MySQL are what was asked for, and not logged as a fault.
   local report="$1" watched
   shift
   mapfile -t watched < <(watch_args gateway consumer redis mariadb broker)
@@ -96,7 +98,8 @@ sale() { # sale OUT ARGS...: sale-sim against the gateway, JSON report into OUT,
     "${bin_dir}/sale-sim" --gateway "$gateway" --json --no-progress "$@" >"$report" || {
     local status=$?
     ((status == 1)) || die "sale-sim could not run ($*)"
-    log "sale-sim reported violations ($*): see BENCHMARKS.md"
+    [[ ${unwritten_expected:-0} == 1 ]] ||
+      log "sale-sim reported violations ($*): see BENCHMARKS.md"
   }
 }
 
