@@ -27,11 +27,36 @@ pub const MASTER_NAME: &str = "seckill";
 #[derive(Debug)]
 struct Node {
     port: u16,
+    /// A cluster node's bus port (the second of its ports), which CLUSTER MEET names.
+    bus_port: Option<u16>,
     dir: PathBuf,
     child: Child,
 }
 
+/// Times a node may exit before answering, on ports that were taken between being found
+/// free and being bound (another test's node, or any outgoing connection's local port).
+const ATTEMPTS: usize = 5;
+
 impl Node {
+    /// A node on `ports` fresh free ports (its own first; `lines` gets them all), once it
+    /// answers PING. A node that exits first is started again on other ports: a port free a
+    /// moment ago can be taken by the time redis-server binds it.
+    async fn start(kind: &str, ports: usize, lines: impl Fn(&[u16]) -> Vec<String>) -> Self {
+        for attempt in 1..=ATTEMPTS {
+            let ports = distinct_free_ports(ports);
+            let mut node = Self::spawn(kind, ports[0], &lines(&ports));
+            node.bus_port = ports.get(1).copied();
+            match node.answering().await {
+                Ok(()) => return node,
+                Err(exited) if attempt < ATTEMPTS => {
+                    eprintln!("{exited}; starting it again on other ports");
+                }
+                Err(exited) => panic!("{exited}, {ATTEMPTS} times"),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
     fn spawn(kind: &str, port: u16, lines: &[String]) -> Self {
         let dir = std::env::temp_dir().join(format!("seckill-test-{kind}-{port}"));
         // A folder left by a killed run would hand a cluster node its old nodes.conf.
@@ -45,11 +70,14 @@ impl Node {
         text += &lines.join("\n");
         let conf = dir.join(format!("{kind}.conf"));
         std::fs::write(&conf, text).expect("a config file");
+        // Its log, for why a node that exits at start did (a port taken, a bad line).
+        let log = std::fs::File::create(dir.join("redis.log")).expect("a log file");
         let mut command = Command::new("redis-server");
         command.arg(&conf).args(sentinel.then_some("--sentinel"));
         let child = command
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(log.try_clone().expect("a second handle on the log"))
+            .stderr(log)
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| {
@@ -57,19 +85,29 @@ impl Node {
                     "cannot start redis-server (`bash deploy/local/stack.sh up` installs it): {e}"
                 )
             });
-        Self { port, dir, child }
+        Self {
+            port,
+            bus_port: None,
+            dir,
+            child,
+        }
     }
 
     fn url(&self) -> String {
         url_of(self.port)
     }
 
-    /// Until PING answers; a node that exits first (a bad config line) fails at once.
-    async fn wait_answering(&mut self) {
+    /// Until PING answers; `Err` at once, with the end of its log, if the node exits first.
+    async fn answering(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + DEADLINE;
         while query::<String>(&self.url(), &["PING"]).await.is_err() {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("redis-server on port {} exited: {status}", self.port);
+                let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+                let last = log.lines().last().unwrap_or("(nothing logged)");
+                return Err(format!(
+                    "redis-server on port {} exited ({status}): {last}",
+                    self.port
+                ));
             }
             assert!(
                 Instant::now() < deadline,
@@ -78,6 +116,7 @@ impl Node {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        Ok(())
     }
 }
 
@@ -107,15 +146,13 @@ impl SentinelGroup {
     /// Returns once the replica is in sync and every sentinel knows the replica and both
     /// other sentinels, so that a failover asked for right away can succeed.
     pub async fn start() -> Self {
-        let ports = distinct_free_ports(5);
-        let replicaof = format!("replicaof 127.0.0.1 {}", ports[0]);
-        let mut data = [
-            Node::spawn("sentinel-primary", ports[0], &[]),
-            Node::spawn("sentinel-replica", ports[1], &[replicaof]),
-        ];
-        for node in &mut data {
-            node.wait_answering().await;
-        }
+        let primary = Node::start("sentinel-primary", 1, |_| Vec::new()).await;
+        let primary_port = primary.port;
+        let replica = Node::start("sentinel-replica", 1, |_| {
+            vec![format!("replicaof 127.0.0.1 {primary_port}")]
+        })
+        .await;
+        let data = [primary, replica];
         let replica = data[1].url();
         eventually(DEADLINE, "the replica in sync with the primary", || async {
             let info: String = query(&replica, &["INFO", "replication"]).await.ok()?;
@@ -124,20 +161,22 @@ impl SentinelGroup {
         .await;
         // Only now: a sentinel asks the primary for its replicas every 10 s, and one started
         // before the replica attached would not hear of it for those 10 s.
-        let mut sentinels: Vec<Node> = (ports[2..].iter())
-            .map(|&port| {
-                let lines = [
+        let monitor = format!("sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2");
+        let mut sentinels = Vec::with_capacity(3);
+        for _ in 0..3 {
+            let sentinel = Node::start("sentinel", 1, |_| {
+                vec![
                     "sentinel resolve-hostnames no".to_owned(),
-                    format!("sentinel monitor {MASTER_NAME} 127.0.0.1 {} 2", ports[0]),
+                    monitor.clone(),
                     format!("sentinel down-after-milliseconds {MASTER_NAME} 1000"),
                     format!("sentinel failover-timeout {MASTER_NAME} 10000"),
                     format!("sentinel parallel-syncs {MASTER_NAME} 1"),
-                ];
-                Node::spawn("sentinel", port, &lines)
+                ]
             })
-            .collect();
-        for sentinel in &mut sentinels {
-            sentinel.wait_answering().await;
+            .await;
+            sentinels.push(sentinel);
+        }
+        for sentinel in &sentinels {
             let url = sentinel.url();
             let what = format!("sentinel {url} knowing the replica and two other sentinels");
             eventually(DEADLINE, &what, || async {
@@ -253,28 +292,30 @@ impl RedisCluster {
     pub async fn start(primaries: usize) -> Self {
         assert!(primaries >= 1, "a cluster needs a primary");
         // Bus ports of their own: the default, port + 10000, may be past 65535.
-        let ports = distinct_free_ports(2 * primaries);
-        let mut nodes: Vec<Node> = (ports.chunks(2))
-            .map(|pair| {
-                let lines = [
+        let mut nodes = Vec::with_capacity(primaries);
+        for _ in 0..primaries {
+            let node = Node::start("cluster", 2, |ports| {
+                vec![
                     "cluster-enabled yes".to_owned(),
                     "cluster-config-file nodes.conf".to_owned(),
                     "cluster-node-timeout 5000".to_owned(),
-                    format!("cluster-port {}", pair[1]),
-                ];
-                Node::spawn("cluster", pair[0], &lines)
+                    format!("cluster-port {}", ports[1]),
+                ]
             })
-            .collect();
-        for node in &mut nodes {
-            node.wait_answering().await;
+            .await;
+            nodes.push(node);
         }
         let bound = |i: usize| i * usize::from(SLOTS) / primaries;
         for (i, node) in nodes.iter().enumerate() {
             let (first, last) = (bound(i).to_string(), (bound(i + 1) - 1).to_string());
             admin(&node.url(), &["CLUSTER", "ADDSLOTSRANGE", &first, &last]).await;
         }
-        for pair in ports.chunks(2).skip(1) {
-            let (port, bus) = (pair[0].to_string(), pair[1].to_string());
+        for node in &nodes[1..] {
+            let port = node.port.to_string();
+            let bus = node
+                .bus_port
+                .expect("a cluster node has a bus port")
+                .to_string();
             let meet = ["CLUSTER", "MEET", "127.0.0.1", &port, &bus];
             admin(&nodes[0].url(), &meet).await;
         }
@@ -444,4 +485,17 @@ fn url_of(port: u16) -> String {
 fn port_of(url: &str) -> u16 {
     (url.rsplit(':').next().and_then(|port| port.parse().ok()))
         .unwrap_or_else(|| panic!("no port in {url}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    #[should_panic(expected = "Bad directive or wrong number of arguments, 5 times")]
+    async fn a_node_that_exits_at_start_is_tried_again_then_reported_with_its_log() {
+        let retried_on_other_ports =
+            Node::start("broken", 1, |_| vec!["no-such-directive yes".to_owned()]);
+        retried_on_other_ports.await;
+    }
 }
