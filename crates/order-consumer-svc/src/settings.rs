@@ -48,6 +48,9 @@ pub struct ConsumerSettings {
     pub pull_linger_ms: u64,
     /// How often the group's backlog is read from the broker and exported, in orders.
     pub backlog_export_secs: u64,
+    /// Whether this replica runs the expirer (the deadline consumer). The deadlines are
+    /// sent either way.
+    pub expire_orders: bool,
 }
 
 #[cfg(test)]

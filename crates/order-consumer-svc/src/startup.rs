@@ -35,7 +35,8 @@ pub struct Application {
     ops_handle: ServerHandle,
     subscriber: OrderSubscriber,
     deadlines: DeadlinePublisher,
-    expirer: DeadlineSubscriber,
+    /// `None` when `consumer.expire_orders` is off.
+    expirer: Option<DeadlineSubscriber>,
     backlog: OrderBacklog,
     per_message: Arc<OrdersPerMessage>,
     backlog_every: Duration,
@@ -51,6 +52,26 @@ fn connect(settings: &Settings, pool_size: usize) -> anyhow::Result<(Db, StockCa
         .context("cannot set up Redis")?;
     let db = Db::connect(&settings.mysql.endpoint()?, pool_size).context("cannot set up MySQL")?;
     Ok((db, cache))
+}
+
+/// The deadline consumer: the orders of each deadline that falls due, still unpaid, expire.
+async fn start_expirer(
+    settings: &Settings,
+    mq_runtime: &MqRuntime,
+) -> anyhow::Result<DeadlineSubscriber> {
+    let (expiry_db, expiry_cache) = connect(settings, EXPIRER_POOL)?;
+    let expiring = Arc::new(Expirer::new(expiry_db, expiry_cache));
+    DeadlineSubscriber::start(
+        mq_runtime,
+        &settings.rocketmq,
+        DeadlineTuning::default(),
+        move |deadline| {
+            let expiring = expiring.clone();
+            async move { expiring.expire(deadline).await }
+        },
+    )
+    .await
+    .context("cannot start the deadline consumer")
 }
 
 impl Application {
@@ -99,19 +120,15 @@ impl Application {
             .await
             .context("cannot start the backlog probe")?;
 
-        let (expiry_db, expiry_cache) = connect(&settings, EXPIRER_POOL)?;
-        let expiring = Arc::new(Expirer::new(expiry_db, expiry_cache));
-        let expirer = DeadlineSubscriber::start(
-            &mq_runtime,
-            &settings.rocketmq,
-            DeadlineTuning::default(),
-            move |deadline| {
-                let expiring = expiring.clone();
-                async move { expiring.expire(deadline).await }
-            },
-        )
-        .await
-        .context("cannot start the deadline consumer")?;
+        let expirer = if consumer.expire_orders {
+            Some(start_expirer(&settings, &mq_runtime).await?)
+        } else {
+            tracing::info!(
+                "Expirer off (consumer.expire_orders): this consumer sends its orders' \
+                 deadlines and expires none."
+            );
+            None
+        };
 
         let (probe_db, probe_cache) = connect(&settings, 2)?;
         let ready = ops::readiness(move || {
@@ -163,7 +180,9 @@ impl Application {
         shutdown.cancelled().await;
         tracing::info!("Stopping: finishing the batches in hand.");
         self.subscriber.shutdown().await;
-        self.expirer.shutdown().await;
+        if let Some(expirer) = self.expirer {
+            expirer.shutdown().await;
+        }
         self.deadlines.shutdown().await;
         let _ = backlog.await;
         self.mq_runtime.shutdown().await;

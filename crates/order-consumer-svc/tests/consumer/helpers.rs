@@ -240,7 +240,12 @@ where
 
 /// The order consumer in this process, on `stack`.
 pub async fn spawn_consumer(stack: &TestStack) -> InProcessService {
-    let settings = stack.settings(&[]);
+    spawn_consumer_with(stack, &[]).await
+}
+
+/// As [`spawn_consumer`], with further settings (`SECKILL_…` variables and their values).
+pub async fn spawn_consumer_with(stack: &TestStack, extra: &[(&str, &str)]) -> InProcessService {
+    let settings = stack.settings(extra);
     InProcessService::start("consumer", move |shutdown, port| async move {
         let consumer = order_consumer_svc::Application::build(settings).await?;
         let _ = port.send(consumer.port());
