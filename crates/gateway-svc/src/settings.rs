@@ -94,6 +94,8 @@ pub struct GatewaySettings {
     /// How long a product's sale window, as issuing a token reads it, is kept (0: read for
     /// every token).
     pub sale_window_cache_ms: u64,
+    /// HTTP worker threads (0: one per core the process may use).
+    pub workers: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

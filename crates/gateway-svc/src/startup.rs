@@ -187,8 +187,7 @@ impl Application {
                 .context("cannot start the order backlog probe")?,
         );
 
-        // actix-web's own default, made explicit to share the pool sizes out.
-        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = http_workers(settings.gateway.workers);
         let shared = SharedState {
             cache,
             db,
@@ -447,5 +446,27 @@ async fn watch_sold_out_and_limits(state: SharedState, shutdown: Shutdown) {
             }
             Err(error) => tracing::debug!(error = ?error, "Cannot read epochs; flags stay."),
         }
+    }
+}
+
+/// The HTTP workers for `gateway.workers`: 0 is one per core the process may use, actix-web's
+/// own default, made explicit here to share the pool sizes out among them.
+fn http_workers(configured: usize) -> usize {
+    match configured {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        workers => workers,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_workers_is_one_per_core_and_any_other_number_is_taken_as_it_is() {
+        let cores = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(http_workers(0), cores);
+        assert_eq!(http_workers(1), 1);
+        assert_eq!(http_workers(cores + 3), cores + 3);
     }
 }
