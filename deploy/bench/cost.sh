@@ -14,10 +14,13 @@
 #     (INFO commandstats), and how the orders travelled (per message, per consumer batch);
 #   - Redis's floor: redis-benchmark running EVALSHA pre_deduct.lua, no gateway in the way;
 #   - the gateway's floors, under wrk: the DUPLICATE path (a purchase refused by pre_deduct,
-#     nothing sent) and the token path;
+#     nothing sent) and the token path; then the DUPLICATE path again with SPARSE_CONNS
+#     (4 16) connections, the gateway's and Redis's CPU per request when fewer arrive at
+#     once (not floors: what a request costs short of saturation, for the report);
 #   - the closed-loop purchase rate (64 in flight, every buyer's token first), for the curve.
 # Then, the services stopped: the broker's floor (plain sends of the sales' mean message
-# size), MariaDB's and the consumer's (Db::write_orders in the consumer's batches and
+# size, 16 in flight; transactional sends of that size beside them, alternating, and again
+# with 1 and 4 in flight, for reference), MariaDB's and the consumer's (Db::write_orders in the consumer's batches and
 # tasks). Last, the services again and the curve: open loop at LEVELS % (10 25 50 75 90) of
 # the median closed-loop rate, CURVE_SECS (8) s each, levels rising in one round and falling
 # in the next; then PAUSED_LEVELS % (25 50) with the consumer stopped, the purchase path's
@@ -31,6 +34,7 @@ rounds="${ROUNDS:-3}"
 units="${UNITS:-10000}"
 lua_requests="${LUA_REQUESTS:-300000}"
 closed_buyers="${CLOSED_BUYERS:-24000}"
+read -r -a sparse_conns <<<"${SPARSE_CONNS:-4 16}"
 read -r -a levels <<<"${LEVELS:-10 25 50 75 90}"
 curve_secs="${CURVE_SECS:-8}"
 read -r -a paused_levels <<<"${PAUSED_LEVELS:-25 50}"
@@ -90,10 +94,15 @@ for round in $(seq 1 "$rounds"); do
 
   log "cost round ${round}/${rounds}: the gateway's floors, DUPLICATE path and token path (wrk)"
   wrk_run "${work}/dup-${round}.txt" "$gateway" "${work}/dup-tokens.txt" "$dup_product" \
-    "${gateway_watch[@]}"
+    "${gateway_watch[@]}" "${redis_watch[@]}"
   BENCH_PRODUCT="$dup_product" "$bench" cpu --out "${work}/tokens-${round}.txt.cpu.json" \
     "${gateway_watch[@]}" -- wrk -t2 -c"$wrk_conns" -d"${wrk_secs}s" --latency \
     -s "${here}/tokens.lua" "$gateway" >"${work}/tokens-${round}.txt"
+  for conns in "${sparse_conns[@]}"; do
+    log "cost round ${round}/${rounds}: the DUPLICATE path with ${conns} connections (wrk)"
+    wrk_conns="$conns" wrk_run "${work}/dup-c${conns}-${round}.txt" "$gateway" \
+      "${work}/dup-tokens.txt" "$dup_product" "${gateway_watch[@]}" "${redis_watch[@]}"
+  done
 
   log "cost round ${round}/${rounds}: closed-loop purchase rate (64 in flight)"
   sale "${work}/closed-${round}.json" --buyers "$closed_buyers" --stock 10000000 \
@@ -121,10 +130,14 @@ PY
 )"
 echo "$per_message" >"${work}/per-message"
 mapfile -t broker_watch < <(watch_args broker)
-log "the broker's floor: plain sends of ${per_message} orders each"
+log "the broker's floor: plain sends of ${per_message} orders each, and transactional ones"
 SECKILL_CONFIG_DIR="${repo}/config" RUST_LOG=warn "$bench" sends "${broker_watch[@]}" \
-  --rounds "$rounds" --concurrency 16 --modes plain --orders-per-message "$per_message" \
+  --rounds "$rounds" --concurrency 16 --modes plain,tx --orders-per-message "$per_message" \
   --group "seckill-bench-floor-${stamp}" >"${work}/sends.jsonl"
+log "the broker: transactional sends of ${per_message} orders each, 1 and 4 in flight"
+SECKILL_CONFIG_DIR="${repo}/config" RUST_LOG=warn "$bench" sends "${broker_watch[@]}" \
+  --rounds "$rounds" --concurrency 1,4 --modes tx --orders-per-message "$per_message" \
+  --group "seckill-bench-sparse-${stamp}" >>"${work}/sends.jsonl"
 
 read -r batch_size consumer_concurrency < <(python3 - "${repo}/config/default.toml" <<'PY'
 import sys, tomllib

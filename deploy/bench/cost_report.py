@@ -53,9 +53,21 @@ token_floor = [cpu_us(c, "gateway", t["requests"]) for c, t in zip(token_cpu, to
 
 per_message = int(open(f"{work}/per-message").read())
 sends = [json.loads(line) for line in open(f"{work}/sends.jsonl") if line.strip()]
-# The sends' records cover their measured window (`seconds`) with `cores` over it.
-broker_floor = [s["cores"]["broker"] * 1e6 / s["orders_per_sec"] if s.get("orders_per_sec") else None
-                for s in sends]
+
+
+def broker_per_order(mode, in_flight=16):
+    """The broker's CPU per order in each round's sends of MODE (`plain` or `tx`) with
+    IN_FLIGHT sends at once; each record covers its measured window (`seconds`) with `cores`
+    over it."""
+    return [s["cores"]["broker"] * 1e6 / s["orders_per_sec"] if s.get("orders_per_sec") else None
+            for s in sends if s["mode"] == mode and s["concurrency"] == in_flight]
+
+
+broker_floor = broker_per_order("plain")
+# Not a floor: what a transactional message of the same size costs the broker (half message,
+# END_TRANSACTION, the commit's second write), the part of the broker's ratio a sale cannot
+# avoid by sending less.
+broker_tx = broker_per_order("tx")
 writes = [load(f"writes-{r}.json") for r in R]
 mariadb_floor = [w["cores"].get("mariadb") * 1e6 / w["orders_per_sec"] for w in writes]
 consumer_floor = [w["cores"].get("self") * 1e6 / w["orders_per_sec"] for w in writes]
@@ -128,9 +140,60 @@ w(f"| gateway, DUPLICATE path, per request | {series(dup_floor, 1)} ({series([d[
 w(f"| gateway, token path, per request | {series(token_floor, 1)} ({series([t['rps'] for t in tokens])} requests/s) |")
 w(f"| Redis, per EVALSHA | {series(redis_floor, 1)} ({', '.join(f'{n:,}' for n in lua_calls)} calls, every one reserving) |")
 w(f"| broker, per order in plain sends of {per_message} | {series(broker_floor, 1)} |")
+if broker_tx:
+    w(f"| (not a floor) broker, per order in transactional sends of {per_message}, the same "
+      f"client, committed at once | {series(broker_tx, 1)}: {fmt(ratio(med(broker_tx), floor['broker']), 2)} "
+      "times the plain sends |")
 w(f"| consumer's client, per order written | {series(consumer_floor, 1)} |")
 w(f"| MariaDB, per order written | {series(mariadb_floor, 1)} |")
 w("")
+
+# ------------------------------------------------------------------------- short of saturation
+# Each floor is its part at saturation, where a wake-up serves many requests. The same work
+# with fewer requests at once, measured in the same run, says how much of a ratio is that.
+sparse_conns = sorted(int(m.group(1)) for m in
+                      (re.search(r"dup-c(\d+)-1\.txt$", f) for f in glob.glob(f"{work}/dup-c*-1.txt")) if m)
+if sparse_conns:
+    w("What the same work costs when fewer requests arrive at once (not floors: each floor above is "
+      "its part at saturation). The DUPLICATE path under wrk with fewer connections, right after "
+      "the floor's run in each round, and the broker's transactional sends with fewer in flight. "
+      "A machine shared with others drifts between rounds, so each ratio is the median of the "
+      "rounds' own ratios to their floor:")
+    w("")
+    w("| part, work | at once | CPU per request or order (µs), median (rounds) | / its floor, median of the rounds' |")
+    w("|---|---|---|---|")
+
+    def row(what, at_once, values, floors):
+        per_round = [ratio(v, f) for v, f in zip(values, floors)]
+        w(f"| {what} | {at_once} | {fmt(med(values), 1)} ({series(values, 1)}) | "
+          f"{fmt(med(per_round), 2)} ({series(per_round, 2)}) |")
+
+    sparse = {}
+    for conns in sparse_conns:
+        runs = [wrk(f"{work}/dup-c{conns}-{r}.txt") for r in R]
+        cpu = [load(f"dup-c{conns}-{r}.txt.cpu.json") for r in R]
+        sparse[conns] = [(cpu_us(c, "gateway", d["requests"]), cpu_us(c, "redis", d["requests"]))
+                         for c, d in zip(cpu, runs)]
+    for conns in sparse_conns:
+        row("gateway, DUPLICATE path", f"{conns} connections", [g for g, _ in sparse[conns]], dup_floor)
+    row("gateway, DUPLICATE path (its floor)", f"{dup[0]['connections']} connections", dup_floor, dup_floor)
+    # A refused pre_deduct is cheaper than the floor's reserving one: Redis is held to its own
+    # cost in the floor's DUPLICATE run instead.
+    redis_dup = [cpu_us(c, "redis", d["requests"]) for c, d in zip(dup_cpu, dup)]
+    for conns in sparse_conns:
+        row("Redis, a DUPLICATE request's pre_deduct", f"{conns} connections",
+            [r for _, r in sparse[conns]], redis_dup)
+    row("Redis, a DUPLICATE request's pre_deduct", f"{dup[0]['connections']} connections",
+        redis_dup, redis_dup)
+    for in_flight in (1, 4, 16):
+        tx = broker_per_order("tx", in_flight)
+        if tx:
+            row(f"broker, transactional sends of {per_message}, per order", f"{in_flight} in flight",
+                tx, broker_floor)
+    sale_request = [c / 2 if c is not None else None for c in unit_cost["gateway"]]
+    row("gateway, in the sale (a token and a purchase per sold unit), per request", "200 buyers",
+        sale_request, dup_floor)
+    w("")
 
 # ------------------------------------------------------------------------- what a sold unit asks of Redis
 w("What a sold unit asked of Redis in the sales (`INFO commandstats`, the difference over each "

@@ -32,9 +32,13 @@ def ratio(a, b):
 
 
 def wrk(path):
-    """Requests/s, total requests, non-2xx count and latency percentiles of one wrk run."""
+    """Requests/s, total requests, connections, non-2xx count and latency percentiles of one
+    wrk run."""
     text = open(path).read()
-    result = {"rps": None, "requests": None, "non2xx": 0, "errors": None, "p50": None, "p99": None}
+    result = {"rps": None, "requests": None, "connections": None, "non2xx": 0, "errors": None,
+              "p50": None, "p99": None}
+    if m := re.search(r"(\d+) connections", text):
+        result["connections"] = int(m.group(1))
     if m := re.search(r"Requests/sec:\s+([\d.]+)", text):
         result["rps"] = float(m.group(1))
     if m := re.search(r"(\d+) requests in", text):
