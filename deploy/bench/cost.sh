@@ -111,23 +111,7 @@ done
 "$services" stop >&2
 
 # The broker's floor carries as many orders to a message as the gateway's did in the sales.
-per_message="$(python3 - "$work" "$rounds" <<'PY'
-import re, statistics, sys
-work, rounds = sys.argv[1], int(sys.argv[2])
-def read(path, name):
-    text = open(path).read()
-    found = re.search(rf"^{name} (\S+)$", text, re.M)
-    return float(found.group(1)) if found else 0.0
-means = []
-for r in range(1, rounds + 1):
-    before, after = f"{work}/sale-{r}.metrics-before", f"{work}/sale-{r}.metrics-after"
-    messages = read(after, "seckill_orders_per_message_count") - read(before, "seckill_orders_per_message_count")
-    orders = read(after, "seckill_orders_per_message_sum") - read(before, "seckill_orders_per_message_sum")
-    if messages:
-        means.append(orders / messages)
-print(max(1, round(statistics.median(means))) if means else 1)
-PY
-)"
+per_message="$(python3 "${here}/cost_steps.py" orders-per-message "$work" "$rounds")"
 echo "$per_message" >"${work}/per-message"
 mapfile -t broker_watch < <(watch_args broker)
 log "the broker's floor: plain sends of ${per_message} orders each, and transactional ones"
@@ -159,13 +143,7 @@ for round in $(seq 1 "$rounds"); do
 done
 
 start_services
-closed_rate="$(python3 - "$work" "$rounds" <<'PY'
-import json, statistics, sys
-work, rounds = sys.argv[1], int(sys.argv[2])
-print(round(statistics.median(
-    json.load(open(f"{work}/closed-{r}.json"))["purchases_per_sec"] for r in range(1, rounds + 1))))
-PY
-)"
+closed_rate="$(python3 "${here}/cost_steps.py" closed-rate "$work" "$rounds")"
 echo "$closed_rate" >"${work}/closed-rate"
 for round in $(seq 1 "$rounds"); do
   order=("${levels[@]}")

@@ -14,7 +14,7 @@ import os
 import re
 import sys
 
-from figures import commandstats, cpu_us, fmt, holds, med, per_op, ratio, series, wrk
+from figures import commandstats, cpu_us, fmt, holds, med, metric_growth, per_op, ratio, series, wrk
 
 work, rounds, levels, svg_path = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4]
 # Named from where the report is read (the repository, for make bench), else by its name.
@@ -117,12 +117,7 @@ w("")
 
 def counted(r, side, name):
     """How much NAME grew over sale R in SIDE's metrics (gateway: metrics, consumer: consumer)."""
-    values = []
-    for moment in ("before", "after"):
-        text = open(f"{work}/sale-{r}.{side}-{moment}").read()
-        found = re.search(rf"^{name} (\S+)$", text, re.M)
-        values.append(float(found.group(1)) if found else 0.0)
-    return values[1] - values[0]
+    return metric_growth(f"{work}/sale-{r}.{side}-before", f"{work}/sale-{r}.{side}-after", name)
 
 
 per_message_rounds = [ratio(counted(r, "metrics", "seckill_orders_per_message_sum"),

@@ -1,5 +1,6 @@
-"""Helpers of the bench reports (report.py, cost_report.py): medians, number formats, and
-the figures read from the load tools' outputs."""
+"""Helpers of the bench reports (report.py, cost_report.py) and of cost.sh's steps: medians,
+number formats, and the figures read from the load tools' outputs and the services'
+metrics."""
 
 import csv
 import re
@@ -81,3 +82,13 @@ def commandstats(path):
     for m in re.finditer(r"^cmdstat_(\S+?):calls=(\d+),usec=(\d+)", open(path).read(), re.M):
         stats[m.group(1)] = (int(m.group(2)), int(m.group(3)))
     return stats
+
+
+def metric_growth(before_path, after_path, name):
+    """How much the Prometheus sample NAME (with its labels, if any) grew between two scrapes
+    of /metrics; a sample absent from a scrape counts as 0."""
+    values = []
+    for path in (before_path, after_path):
+        found = re.search(rf"^{re.escape(name)} (\S+)$", open(path).read(), re.M)
+        values.append(float(found.group(1)) if found else 0.0)
+    return values[1] - values[0]
