@@ -42,7 +42,8 @@ impl Node {
     /// answers PING. A node that exits first is started again on other ports: a port free a
     /// moment ago can be taken by the time redis-server binds it.
     async fn start(kind: &str, ports: usize, lines: impl Fn(&[u16]) -> Vec<String>) -> Self {
-        for attempt in 1..=ATTEMPTS {
+        let mut attempt = 1;
+        loop {
             let ports = distinct_free_ports(ports);
             let mut node = Self::spawn(kind, ports[0], &lines(&ports));
             node.bus_port = ports.get(1).copied();
@@ -50,11 +51,11 @@ impl Node {
                 Ok(()) => return node,
                 Err(exited) if attempt < ATTEMPTS => {
                     eprintln!("{exited}; starting it again on other ports");
+                    attempt += 1;
                 }
                 Err(exited) => panic!("{exited}, {ATTEMPTS} times"),
             }
         }
-        unreachable!("the last attempt returns or panics")
     }
 
     fn spawn(kind: &str, port: u16, lines: &[String]) -> Self {
