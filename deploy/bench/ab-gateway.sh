@@ -107,9 +107,9 @@ print(round(v, 1))' "$@"
 }
 
 # The services migrate the schema but do not create the database (a bench run may have just
-# dropped it): seckill-migrate does, as services.sh start runs it.
-(cd "$repo" && "${bin_dir}/seckill-migrate") >"${work}/migrate.log" 2>&1 || {
-  echo "ab-gateway: seckill-migrate failed:" >&2
+# dropped it).
+BIN_DIR="$bin_dir" "${repo}/deploy/local/services.sh" migrate >"${work}/migrate.log" 2>&1 || {
+  echo "ab-gateway: the migration failed:" >&2
   cat "${work}/migrate.log" >&2
   exit 1
 }

@@ -3,6 +3,8 @@
 #
 #   services.sh start    migrate the schema (seckill-migrate), start each service that is
 #                        not running, return once all answer GET /readyz
+#   services.sh migrate  only migrate the schema, creating the database if need be (the
+#                        services migrate it too, but do not create it)
 #   services.sh stop     SIGTERM, SIGKILL after 30 s
 #   services.sh status   one line per service; exit 1 unless all run and are ready
 #
@@ -98,16 +100,22 @@ ready() {
 
 
 
+cmd_migrate() {
+  [[ -x ${bin_dir}/seckill-migrate ]] ||
+    die "${bin_dir}/seckill-migrate is missing: build first (make build)"
+  log "migrating the schema"
+  (cd "$repo" && "${bin_dir}/seckill-migrate") || die "seckill-migrate failed"
+}
+
 cmd_start() {
   local s pid logf pending=() waiting failed=0 deadline
   local -A started=()
   command -v curl >/dev/null || die "curl is needed (apt-get install curl)"
-  for s in seckill-migrate "${services[@]}"; do
+  for s in "${services[@]}"; do
     [[ -x ${bin_dir}/${s} ]] || die "${bin_dir}/${s} is missing: build first (make build)"
   done
 
-  log "migrating the schema"
-  (cd "$repo" && "${bin_dir}/seckill-migrate") || die "seckill-migrate failed"
+  cmd_migrate
 
   for s in "${services[@]}"; do
     if pid="$(pid_of "$s")"; then
@@ -222,7 +230,7 @@ cmd_status() {
 }
 
 case "${1:-}" in
-  start | stop | status)
+  start | stop | status | migrate)
     (($# == 1)) || die "usage: services.sh $1"
     "cmd_$1"
     ;;
