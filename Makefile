@@ -13,7 +13,7 @@ export BIN_DIR ?= $(CARGO_TARGET_DIR)/release
 STACK := deploy/local/stack.sh
 SERVICES := deploy/local/services.sh
 
-.PHONY: help stack stack-down build run stop stop-all demo bench bench-cost test fuzz lint k8s-lint e2e
+.PHONY: help sweep-cache stack stack-down build run stop stop-all demo bench bench-cost test fuzz lint k8s-lint e2e
 
 ##@ Help
 
@@ -24,17 +24,19 @@ help: ## Show the targets
 
 ##@ Local run
 
-# The sweep first: the broker refuses sends on a nearly full disk, and the build that
-# follows (demo, bench) would otherwise sweep only after the broker had started.
-stack: ## Start the local Redis, MariaDB and RocketMQ (installs them first when missing)
+# A prerequisite of the targets that start the broker or build, so that make runs it once
+# per call however many of them a target needs (demo: the stack, then the build). Before
+# the stack: the broker refuses sends on a nearly full disk.
+sweep-cache: ## Keep the build cache bounded (stale build artefacts removed)
 	deploy/local/sweep-cache.sh
+
+stack: sweep-cache ## Start the local Redis, MariaDB and RocketMQ (installs them first when missing)
 	$(STACK) up
 
 stack-down: ## Stop the local stack (its data is kept)
 	$(STACK) down
 
-build: ## Build the release binaries
-	deploy/local/sweep-cache.sh
+build: sweep-cache ## Build the release binaries
 	cargo build --release --workspace --bins
 
 run: stack build ## Start the services in the background (.run/<service>.{pid,log})
@@ -68,8 +70,7 @@ TEST_FEATURES := order-consumer-svc/failpoints gateway-svc/failpoints
 test: export SECKILL_TEST_REDIS_URL ?= redis://127.0.0.1:16379
 test: export SECKILL_TEST_MYSQL_URL ?= mysql://seckill:seckill@127.0.0.1:13306
 test: export SECKILL_TEST_NAMESRV ?= 127.0.0.1:19876
-test: ## Everything CI runs: fmt, clippy, the stack, the debug binaries, cargo test
-	deploy/local/sweep-cache.sh
+test: sweep-cache ## Everything CI runs: fmt, clippy, the stack, the debug binaries, cargo test
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --features "$(TEST_FEATURES)" -- -D warnings
 	$(STACK) up

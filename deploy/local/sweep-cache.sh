@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Keeps the project's build cache (SECKILL_CACHE, default ~/.cache/seckill) bounded.
 #
-#   sweep-cache.sh            run by `make stack`, `make build` and `make test` (so by demo and
-#                             bench too), before the broker starts or a build begins
+#   sweep-cache.sh            `make sweep-cache`, a prerequisite of `make stack`, `make build`
+#                             and `make test` (so once per demo or bench too), before the
+#                             broker starts or a build begins
 #
 # The cache outlives clones on purpose, so nothing else ever removes from it: every change of
 # a dependency, a feature set or the toolchain leaves the previous artefacts behind, and a
