@@ -188,6 +188,13 @@ if sparse_conns:
     sale_request = [c / 2 if c is not None else None for c in unit_cost["gateway"]]
     row("gateway, in the sale (a token and a purchase per sold unit), per request", "200 buyers",
         sale_request, dup_floor)
+    # The closed loop keeps as many purchases at once as the floor has connections, and
+    # issues every token before the first purchase: what is left above the floor there is
+    # the winner's own work (its share of the message), not how sparsely requests arrive.
+    closed_request = [cpu_us(load(f"closed-{r}.cpu.json"), "gateway",
+                             2 * load(f"closed-{r}.json")["accepted"]) for r in R]
+    row("gateway, the closed loop (every token, then every purchase), per request", "64 buyers",
+        closed_request, dup_floor)
     w("")
 
 # ------------------------------------------------------------------------- what a sold unit asks of Redis
