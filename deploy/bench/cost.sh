@@ -17,14 +17,16 @@
 #     nothing sent) and the token path; then the DUPLICATE path again with SPARSE_CONNS
 #     (4 16) connections, the gateway's and Redis's CPU per request when fewer arrive at
 #     once (not floors: what a request costs short of saturation, for the report);
-#   - the closed-loop purchase rate (64 in flight, every buyer's token first), for the curve.
+#   - the closed-loop purchase rate (64 in flight, every buyer's token first), for the curve
+#     and, beside the gateway's floor, its CPU per request there.
 # Then, the services stopped: the broker's floor (plain sends of the sales' mean message
 # size, 16 in flight; transactional sends of that size beside them, alternating, and again
 # with 1 and 4 in flight, for reference), MariaDB's and the consumer's (Db::write_orders in
-# the consumer's batches and tasks). Last, the services again and the curve: open loop at LEVELS % (10 25 50 75 90) of
-# the median closed-loop rate, CURVE_SECS (8) s each, levels rising in one round and falling
-# in the next; then PAUSED_LEVELS % (25 50) with the consumer stopped, the purchase path's
-# own tail. Latency counts from each purchase's scheduled moment.
+# the consumer's batches and tasks). Last, the services again and the curve: open loop at
+# LEVELS % (10 25 50 75 90) of the median closed-loop rate, CURVE_SECS (8) s each, levels
+# rising in one round and falling in the next; then PAUSED_LEVELS % (25 50) with the
+# consumer stopped, the purchase path's own tail. Latency counts from each purchase's
+# scheduled moment.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

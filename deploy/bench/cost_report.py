@@ -51,6 +51,8 @@ tokens = [wrk(f"{work}/tokens-{r}.txt") for r in R]
 token_cpu = [load(f"tokens-{r}.txt.cpu.json") for r in R]
 token_floor = [cpu_us(c, "gateway", t["requests"]) for c, t in zip(token_cpu, tokens)]
 
+closed_runs = [load(f"closed-{r}.json") for r in R]
+
 per_message = int(open(f"{work}/per-message").read())
 sends = [json.loads(line) for line in open(f"{work}/sends.jsonl") if line.strip()]
 
@@ -191,8 +193,8 @@ if sparse_conns:
     # The closed loop keeps as many purchases at once as the floor has connections, and
     # issues every token before the first purchase: what is left above the floor there is
     # the winner's own work (its share of the message), not how sparsely requests arrive.
-    closed_request = [cpu_us(load(f"closed-{r}.cpu.json"), "gateway",
-                             2 * load(f"closed-{r}.json")["accepted"]) for r in R]
+    closed_request = [cpu_us(load(f"closed-{r}.cpu.json"), "gateway", 2 * run["accepted"])
+                      for r, run in zip(R, closed_runs)]
     row("gateway, the closed loop (every token, then every purchase), per request", "64 buyers",
         closed_request, dup_floor)
     w("")
@@ -236,7 +238,7 @@ for p in PARTS:
 w("")
 
 # ------------------------------------------------------------------------- the latency curve
-closed = [load(f"closed-{r}.json")["purchases_per_sec"] for r in R]
+closed = [run["purchases_per_sec"] for run in closed_runs]
 closed_rate = int(open(f"{work}/closed-rate").read())
 w(f"The latency curve: the closed-loop purchase rate (`sale-sim --tokens-first --concurrency 64`, "
   f"every purchase a winner) was {fmt(closed_rate)}/s (median of {series(closed)}); then "
